@@ -1,0 +1,76 @@
+"""`hf-laser` command line: convert, embed, tokenize, mine, push.
+
+Each subcommand's arguments and handler live next to the code they drive (`add_*_arguments` / `run_*`); this file
+only assembles them, importing each module when its subcommand runs so that `hf-laser embed` does not import faiss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .encoder import DEFAULT_MAX_TOKENS
+
+# subcommand -> (module, add-arguments function, handler, help)
+SUBCOMMANDS = {
+    "convert": ("convert", "add_convert_arguments", "run_convert",
+                "convert an original LASER checkpoint into a Hugging Face directory"),
+    "embed": (None, None, None, "embed sentences (one per line) into a .npy file"),
+    "tokenize": ("tokenization_laser", "add_tokenize_arguments", "run_tokenize",
+                 "run the LASER preprocessing (+ BPE/SentencePiece) over a file, one output line per input line"),
+    "mine": ("mining", "add_mine_arguments", "run_mine", "mine parallel sentences with margin-based scoring"),
+    "push": ("hub", "add_push_arguments", "run_push", "upload a model directory (+ card and results) to the Hub"),
+}
+
+
+def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="model directory (from hf-laser convert) or Hub id")
+    parser.add_argument("--lang", default="en", help="language code of the input (default: en)")
+    parser.add_argument("--pretokenized", action="store_true",
+                        help="input lines are already BPE/SentencePiece tokens separated by spaces")
+    parser.add_argument("-i", "--input", default=None, help="input text file (default: stdin)")
+    parser.add_argument("-o", "--output", required=True, help="output .npy file, shape [lines, dim]")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="token budget per batch")
+    parser.add_argument("--fp16", action="store_true", help="store float16 instead of float32")
+    parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
+    parser.add_argument("--num-proc", type=int, default=1, help="processes for the text preprocessing")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start over instead of resuming an interrupted output")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def run_embed(args: argparse.Namespace) -> int:
+    from .encoder import embed_main_io
+
+    return embed_main_io(args)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `hf-laser` parser; only `command`'s module is imported to add its arguments."""
+    parser = argparse.ArgumentParser(prog="hf-laser", description="LASER sentence embeddings for Hugging Face.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, add_args, _, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name != command:
+            continue
+        if name == "embed":
+            add_embed_arguments(p)
+        else:
+            getattr(importlib.import_module(f".{module}", __package__), add_args)(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command if command in SUBCOMMANDS else None).parse_args(argv)
+    if args.command == "embed":
+        return run_embed(args)
+    module, _, handler, _ = SUBCOMMANDS[args.command]
+    return int(getattr(importlib.import_module(f".{module}", __package__), handler)(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Model cards for exported LASER models, filled from the repository's `model_card.md` template."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .configuration_laser import LaserConfig
+
+TEMPLATE = Path(__file__).with_name("model_card_template.md")
+
+
+def render_model_card(config: LaserConfig, *, model_name: str = "LASER encoder", repo_id: str = "PATH_OR_REPO_ID",
+                      base_model: str = "trained with hf_laser", tokenizer: str = "Moses + fastBPE (LASER1)",
+                      license: str = "other", training: str | None = None, evaluation: str | None = None) -> str:
+    """Returns the model card text (YAML metadata + Markdown) for a model with this config."""
+    return TEMPLATE.read_text(encoding="utf-8").format(
+        model_name=model_name, repo_id=repo_id, base_model=base_model, tokenizer=tokenizer, license=license,
+        num_layers=config.num_layers, hidden_size=config.hidden_size, embed_dim=config.embed_dim,
+        embedding_dim=config.embedding_dim, vocab_size=config.vocab_size,
+        training=training or "Converted from an original LASER checkpoint; weights are unchanged.",
+        evaluation=evaluation or "No evaluation results recorded yet (`python -m evaluation.run` adds them).",
+    )
+
+
+def write_model_card(out_dir: str | Path, **kwargs) -> Path:
+    """Writes `README.md` into a saved model directory (its `config.json` supplies the dimensions)."""
+    out_dir = Path(out_dir)
+    config = LaserConfig.from_pretrained(out_dir)
+    kwargs.setdefault("model_name", out_dir.name)
+    path = out_dir / "README.md"
+    path.write_text(render_model_card(config, **kwargs), encoding="utf-8")
+    return path

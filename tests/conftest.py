@@ -1,0 +1,64 @@
+"""Shared fixtures. Reference material lives in `../shared` next to the repository (see ../shared/README.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+REFERENCE = SHARED / "reference"
+TINY_CHECKPOINT = REFERENCE / "checkpoint" / "laser-ref-tiny.pt"
+BPE_CODES = REFERENCE / "bpe" / "laser-ref.fcodes"
+BPE_VOCAB = REFERENCE / "bpe" / "laser-ref.fvocab"
+LASER2 = REFERENCE / "laser2"
+
+
+def require_shared(*paths: Path) -> None:
+    """Skips the calling test when ../shared (reference outputs and data) is not next to the repository."""
+    for path in paths or (SHARED,):
+        if not path.exists():
+            pytest.skip(f"needs {path} (the project's ../shared folder with the reference files); not present here")
+
+
+def read_lines(path: Path) -> list[str]:
+    """Lines split on '\\n' only, as the reference README prescribes."""
+    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def reference_embeddings(name: str, laser2: bool = False) -> np.ndarray:
+    folder = (LASER2 if laser2 else REFERENCE) / "embeddings"
+    return np.load(folder / f"{name}.npy")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """`laser-ref-tiny.pt` converted with the reference BPE codes and vocabulary."""
+    require_shared(TINY_CHECKPOINT, BPE_CODES, BPE_VOCAB)
+    from hf_laser.convert import convert
+
+    return convert(TINY_CHECKPOINT, tmp_path_factory.mktemp("laser-ref-tiny"), bpe_codes=BPE_CODES,
+                   bpe_vocab=BPE_VOCAB)
+
+
+@pytest.fixture(scope="session")
+def tiny_dictionary_dir(tmp_path_factory) -> Path:
+    """`laser-ref-tiny.pt` converted without subword files (dictionary only: pretokenized input)."""
+    require_shared(TINY_CHECKPOINT)
+    from hf_laser.convert import convert
+
+    return convert(TINY_CHECKPOINT, tmp_path_factory.mktemp("laser-ref-tiny-dict"))
+
+
+@pytest.fixture(scope="session")
+def tiny_laser2_dir(tmp_path_factory) -> Path:
+    """`laser2-ref-tiny.pt` converted with the reference SentencePiece model."""
+    require_shared(LASER2 / "laser2-ref-tiny.pt", LASER2 / "laser2-ref.spm")
+    from hf_laser.convert import convert
+
+    return convert(LASER2 / "laser2-ref-tiny.pt", tmp_path_factory.mktemp("laser2-ref-tiny"),
+                   spm_model=LASER2 / "laser2-ref.spm", spm_vocab=LASER2 / "laser2-ref.cvocab")

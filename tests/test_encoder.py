@@ -1,0 +1,148 @@
+"""LaserEncoder.encode / encode_file and `hf-laser embed`: batching, order, bad input, streaming, resume."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import REFERENCE, read_lines, reference_embeddings
+
+from hf_laser import LaserConfig, LaserModel
+from hf_laser.cli import main as cli_main
+from hf_laser.encoder import LaserEncoder, count_lines, plan_batches, read_lines as stream_lines
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_dictionary_dir) -> LaserEncoder:
+    return LaserEncoder.from_pretrained(tiny_dictionary_dir)
+
+
+@pytest.fixture(scope="module")
+def fra_lines() -> list[str]:
+    return read_lines(REFERENCE / "tatoeba" / "tatoeba.fra-eng.fra.bpe")
+
+
+def test_plan_batches_budget_and_coverage():
+    rng = np.random.default_rng(0)
+    lengths = list(rng.integers(1, 60, 500)) + [5000]
+    batches = plan_batches(lengths, max_tokens=300, batch_size=16)
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(len(lengths)))
+    for b in batches:
+        assert len({lengths[i] for i in b}) == 1  # one length per batch: no padding
+        assert len(b) <= 16
+        assert len(b) * lengths[b[0]] <= 300 or len(b) == 1
+    assert [len(b) for b in batches if lengths[b[0]] == 5000] == [1]
+    assert plan_batches([]) == []
+    with pytest.raises(ValueError):
+        plan_batches([3], max_tokens=0)
+
+
+@pytest.mark.parametrize("max_tokens, batch_size", [(12000, None), (7, None), (None, 3), (1, 1)])
+def test_encode_matches_reference_any_budget(encoder, fra_lines, max_tokens, batch_size):
+    emb = encoder.encode(fra_lines, pretokenized=True, max_tokens=max_tokens, batch_size=batch_size)
+    assert emb.dtype == np.float32 and emb.shape == (100, 96)
+    assert np.abs(emb - reference_embeddings("tatoeba.fra-eng.fra")).max() <= 1e-5
+
+
+def test_encode_input_order_and_outputs(encoder, fra_lines):
+    perm = np.random.default_rng(0).permutation(100)
+    emb = encoder.encode([fra_lines[i] for i in perm], pretokenized=True)
+    assert np.abs(emb - reference_embeddings("tatoeba.fra-eng.fra")[perm]).max() <= 1e-5
+    single = encoder.encode(fra_lines[0], pretokenized=True)
+    assert single.shape == (96,)
+    as_torch = encoder.encode(fra_lines[:3], pretokenized=True, convert_to="torch", normalize_embeddings=True)
+    assert isinstance(as_torch, torch.Tensor)
+    torch.testing.assert_close(as_torch.norm(dim=-1), torch.ones(3))
+    with pytest.raises(ValueError, match="convert_to"):
+        encoder.encode(fra_lines[:1], pretokenized=True, convert_to="list")
+
+
+def test_empty_and_whitespace_sentences(encoder):
+    assert encoder.encode([], pretokenized=True).shape == (0, 96)
+    emb = encoder.encode(["", "   ", "\t"], pretokenized=True)
+    eos_only = encoder.encode_ids([[2]]).numpy()
+    np.testing.assert_allclose(emb, np.repeat(eos_only, 3, axis=0), atol=0)
+    # the reference edge files hold empty lines (27-31): their embeddings are </s> alone too
+    ref = reference_embeddings("edge.en")
+    edge = read_lines(REFERENCE / "edge" / "edge.en.bpe")
+    empty = [i for i, line in enumerate(edge) if not line.strip()]
+    assert empty and np.abs(ref[empty] - eos_only).max() <= 1e-5
+
+
+def test_bad_input(encoder):
+    with pytest.raises(TypeError, match="sentence 1"):
+        encoder.encode(["a", None], pretokenized=True)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        encoder.encode_ids([[5, 2], [10**6, 2]])
+    with pytest.raises(ValueError, match="no tokenizer"):
+        encoder.encode(["raw text"])
+
+
+def test_long_sentence_among_short(encoder):
+    """A 10,000-token sentence among short ones: batches stay within the budget, results unchanged."""
+    rng = np.random.default_rng(0)
+    long = list(rng.integers(4, 60000, 10_000)) + [2]
+    short = [list(rng.integers(4, 60000, rng.integers(1, 20))) + [2] for _ in range(50)]
+    together = encoder.encode_ids(short[:25] + [long] + short[25:], max_tokens=2000)
+    alone = torch.cat([encoder.encode_ids([s]) for s in short[:25] + [long] + short[25:]])
+    torch.testing.assert_close(together, alone, atol=1e-6, rtol=0)
+
+
+def test_line_reading_keeps_alignment(tmp_path):
+    path = tmp_path / "x.txt"
+    path.write_bytes("a\rb\nc\u2028d\n\x85e\x0c\n\nlast".encode() + b"\xff\n")
+    lines = list(stream_lines(path))
+    assert lines == ["a\rb", "c\u2028d", "\x85e\x0c", "", "last\udcff"]
+    assert count_lines(path) == 5
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert count_lines(tmp_path / "empty.txt") == 0
+
+
+def test_encode_file_fp16_and_resume(encoder, tmp_path, fra_lines):
+    src = REFERENCE / "tatoeba" / "tatoeba.fra-eng.fra.bpe"
+    ref = reference_embeddings("tatoeba.fra-eng.fra")
+    out32 = encoder.encode_file(src, tmp_path / "e32.npy", pretokenized=True, chunk_lines=30)
+    assert out32.shape == (100, 96) and np.abs(out32 - ref).max() <= 1e-5
+    out16 = encoder.encode_file(src, tmp_path / "e16.npy", pretokenized=True, fp16=True)
+    assert out16.dtype == np.float16 and np.abs(out16.astype(np.float32) - ref).max() < 1e-2
+
+    # an interrupted run: 40 lines written, progress file says so, the rest is garbage
+    partial = np.lib.format.open_memmap(tmp_path / "r.npy", mode="w+", dtype=np.float32, shape=(100, 96))
+    partial[:40] = ref[:40]
+    partial[40:] = np.nan
+    partial.flush()
+    del partial
+    (tmp_path / "r.npy.progress.json").write_text(json.dumps({"lines_done": 40}))
+    resumed = encoder.encode_file(src, tmp_path / "r.npy", pretokenized=True, chunk_lines=25)
+    assert np.abs(resumed - ref).max() <= 1e-5
+    assert not (tmp_path / "r.npy.progress.json").exists()
+    # complete output is reused; a mismatching one is an error unless resume=False
+    assert np.array_equal(encoder.encode_file(src, tmp_path / "r.npy", pretokenized=True), resumed)
+    np.save(tmp_path / "bad.npy", np.zeros((3, 96), np.float32))
+    with pytest.raises(ValueError, match="exists with shape"):
+        encoder.encode_file(src, tmp_path / "bad.npy", pretokenized=True)
+    assert encoder.encode_file(src, tmp_path / "bad.npy", pretokenized=True, resume=False).shape == (100, 96)
+
+
+def test_cli_embed_stdin(tiny_dictionary_dir, tmp_path, monkeypatch, fra_lines):
+    import io
+    import sys
+
+    data = ("\n".join(fra_lines[:10]) + "\n").encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert cli_main(["embed", "--model", str(tiny_dictionary_dir), "--pretokenized", "-q", "--fp16",
+                     "-o", str(tmp_path / "out.npy")]) == 0
+    out = np.load(tmp_path / "out.npy")
+    assert out.dtype == np.float16 and out.shape == (10, 96)
+    assert np.abs(out - reference_embeddings("tatoeba.fra-eng.fra")[:10]).max() < 1e-2
+
+
+def test_encoder_on_model_without_vocab():
+    encoder = LaserEncoder(LaserModel(LaserConfig(vocab_size=20, embed_dim=4, hidden_size=3, num_layers=1)))
+    assert encoder.dim == 6
+    with pytest.raises(ValueError, match="no vocabulary"):
+        encoder.encode(["a b"], pretokenized=True)
+    assert encoder.encode_ids([[5, 2]]).shape == (1, 6)
