@@ -146,3 +146,13 @@ def test_encoder_on_model_without_vocab():
     with pytest.raises(ValueError, match="no vocabulary"):
         encoder.encode(["a b"], pretokenized=True)
     assert encoder.encode_ids([[5, 2]]).shape == (1, 6)
+
+
+def test_many_empty_lines_and_duplicates_match_plain_path(encoder, fra_lines):
+    """Deduplication inside encode() must not change results: 100k empty lines, repeated sentences."""
+    eos_only = encoder.encode_ids([[2]]).numpy()
+    emb = encoder.encode([""] * 100_000, pretokenized=True)
+    assert emb.shape == (100_000, 96) and np.array_equal(emb, np.repeat(eos_only, 100_000, axis=0))
+    mixed = [fra_lines[i % 7] if i % 3 else "" for i in range(60)]
+    plain = np.concatenate([encoder.encode([line], pretokenized=True) for line in mixed])
+    np.testing.assert_allclose(encoder.encode(mixed, pretokenized=True), plain, atol=1e-6, rtol=0)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -183,20 +185,28 @@ class LaserEncoder:
         out = torch.empty((len(ids), self.dim), dtype=torch.float32)
         if not len(ids):
             return out
-        lengths = [len(s) for s in ids]
+        # Identical sentences (repeated lines, empty lines) are embedded once.
+        first_seen: dict[tuple[int, ...], int] = {}
+        inverse = np.fromiter((first_seen.setdefault(tuple(s), len(first_seen)) for s in ids), np.int64, len(ids))
+        unique = list(first_seen)
+        lengths = [len(s) for s in unique]
         if min(lengths) == 0:
-            raise ValueError(f"sentence {lengths.index(0)} has no token; it must at least end with </s>")
+            raise ValueError(f"sentence {int(np.flatnonzero(inverse == lengths.index(0))[0])} has no token; "
+                             "it must at least end with </s>")
         if show_progress_bar is None:
             show_progress_bar = len(ids) >= PROGRESS_BAR_MIN_SENTENCES
         vocab_size = self.model.config.vocab_size
-        with tqdm(total=len(ids), disable=not show_progress_bar, unit="sent", desc="embedding") as bar:
+        unique_out = torch.empty((len(unique), self.dim), dtype=torch.float32)
+        with tqdm(total=len(unique), disable=not show_progress_bar, unit="sent", desc="embedding") as bar:
             for batch in plan_batches(lengths, max_tokens, batch_size):
-                x = torch.tensor([ids[i] for i in batch], dtype=torch.long)
+                x = torch.tensor([unique[i] for i in batch], dtype=torch.long)
                 if int(x.max()) >= vocab_size or int(x.min()) < 0:
-                    raise ValueError(f"token ids outside the vocabulary [0, {vocab_size}) in sentence(s) {batch.tolist()}")
+                    bad = [int(j) for j in np.flatnonzero(np.isin(inverse, batch))]
+                    raise ValueError(f"token ids outside the vocabulary [0, {vocab_size}) in sentence(s) {bad}")
                 emb = self.model(x.to(device, non_blocking=True)).pooler_output
-                out[torch.from_numpy(batch)] = emb.float().cpu()
+                unique_out[torch.from_numpy(batch)] = emb.float().cpu()
                 bar.update(len(batch))
+        torch.index_select(unique_out, 0, torch.from_numpy(inverse), out=out)
         return out
 
     def encode(self, sentences: str | Sequence[str], lang: str | Sequence[str] = "en", *,
@@ -284,12 +294,20 @@ class LaserEncoder:
             progress_path.write_text(json.dumps({"lines_done": 0, "input": str(input_path)}))
         if show_progress_bar is None:
             show_progress_bar = n >= PROGRESS_BAR_MIN_SENTENCES
-        with tqdm(total=n, initial=done, disable=not show_progress_bar, unit="line", desc="embedding") as bar:
-            for chunk in batched(read_lines(input_path, start=done), chunk_lines):
-                emb = self.encode(chunk, lang, max_tokens=max_tokens, batch_size=batch_size, device=device,
-                                  normalize_embeddings=normalize_embeddings, show_progress_bar=False,
-                                  pretokenized=pretokenized, num_proc=num_proc)
-                out[done:done + len(chunk)] = emb.astype(dtype, copy=False)
+        chunks = batched(read_lines(input_path, start=done), chunk_lines)
+        tokenize = partial(self.token_ids, lang=lang, pretokenized=pretokenized, num_proc=num_proc)
+        # The next chunk is tokenized (in a thread, or worker processes with num_proc > 1) while this one is encoded.
+        with tqdm(total=n, initial=done, disable=not show_progress_bar, unit="line", desc="embedding") as bar, \
+                ThreadPoolExecutor(max_workers=1) as pool:
+            pending = pool.submit(tokenize, next(chunks, []))
+            while ids := pending.result():
+                pending = pool.submit(tokenize, next(chunks, []))
+                emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
+                                      show_progress_bar=False)
+                if normalize_embeddings:
+                    emb = torch.nn.functional.normalize(emb, dim=-1)
+                chunk = ids
+                out[done:done + len(chunk)] = emb.numpy().astype(dtype, copy=False)
                 done += len(chunk)
                 out.flush()
                 tmp = progress_path.with_suffix(".tmp")

@@ -1,0 +1,224 @@
+"""Embedding throughput: hf_laser vs the original LASER encoding algorithm, on real Tatoeba text.
+
+A full-size LASER checkpoint (5 x 512 BiLSTM, 320-d embeddings, the 63,021-entry reference dictionary) is built
+deterministically with random weights in the original file format, converted with `hf-laser convert`, and both
+implementations embed the same raw Tatoeba sentences with the same weights:
+
+- **original**: the algorithm of LASER's `SentenceEncoder` re-implemented from its description: whitespace split of
+  the BPE line, dictionary lookup, `</s>` appended, sentences sorted by length (descending, quicksort), batches of at
+  most 12,000 real tokens, right padding, `pack_padded_sequence`, BiLSTM from zero states, padded positions set to
+  -inf, max over time. Preprocessing for it is hf_laser's tokenizer in one process (identical output to the Perl +
+  fastBPE pipeline, which ran at ~5,000 sentences/s on this kind of machine per ../shared/reference/README.md).
+- **hf_laser**: `LaserEncoder.encode(raw_text, lang)`.
+
+Each variant runs in a fresh process so that its peak RSS is its own. Usage::
+
+    python benchmarks/embed_throughput.py [--langs fra,deu,rus,cmn] [--lines 1000] [--modes fp32,int8,bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+REFERENCE = SHARED / "reference"
+TATOEBA = SHARED / "data" / "tatoeba" / "v1"
+CACHE = REPO / ".cache" / "benchmarks"
+
+
+def tatoeba_lang(iso3: str) -> str:
+    table = dict(line.split("\t") for line in (REFERENCE / "tatoeba_langs.tsv").read_text().split("\n")[1:] if line)
+    return table[iso3]
+
+
+def build_full_size_model() -> Path:
+    """Random-weight 5x512 LASER checkpoint in the original format, converted with `hf-laser convert` (cached)."""
+    out = CACHE / "laser-fullsize-random"
+    if (out / "model.safetensors").exists():
+        return out
+    CACHE.mkdir(parents=True, exist_ok=True)
+    vocab = [line.split(" ")[0] for line in (REFERENCE / "bpe" / "laser-ref.fvocab").read_text("utf-8").split("\n") if line]
+    dictionary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for token in vocab:
+        dictionary.setdefault(token, len(dictionary))
+    params = dict(num_embeddings=len(dictionary), padding_idx=1, embed_dim=320, hidden_size=512, num_layers=5,
+                  bidirectional=True, left_pad=True, padding_value=0.0)
+    embed = torch.nn.Embedding(len(dictionary), 320, padding_idx=1)
+    lstm = torch.nn.LSTM(320, 512, num_layers=5, bidirectional=True)
+    torch.manual_seed(1234)
+    state = {}
+    for prefix, module in (("embed_tokens.", embed), ("lstm.", lstm)):
+        for name, param in module.named_parameters():
+            state[prefix + name] = torch.empty_like(param).normal_(0, 0.1).detach()
+    checkpoint = CACHE / "laser-fullsize-random.pt"
+    torch.save({"params": params, "model": state, "dictionary": dictionary}, checkpoint)
+    subprocess.run([sys.executable, "-m", "hf_laser.cli", "convert", str(checkpoint), str(out),
+                    "--bpe-codes", str(REFERENCE / "bpe" / "laser-ref.fcodes"),
+                    "--bpe-vocab", str(REFERENCE / "bpe" / "laser-ref.fvocab")], check=True)
+    return out
+
+
+class OriginalLaserEncoder:
+    """LASER's `SentenceEncoder` + `LaserLstmEncoder` algorithm (see module docstring), same weights."""
+
+    def __init__(self, model_dir: Path, max_tokens: int = 12000):
+        from hf_laser import LaserModel
+
+        model = LaserModel.from_pretrained(model_dir).eval()
+        self.embed_tokens, self.lstm = model.embed_tokens, model.lstm
+        self.lstm.batch_first = False  # the original runs time-major
+        self.max_tokens = max_tokens
+        self.dictionary = json.loads((model_dir / "vocab.json").read_text("utf-8"))
+
+    def _tokenize(self, line: str) -> torch.Tensor:
+        ids = [self.dictionary.get(t, 3) for t in line.strip().split()] + [2]
+        return torch.LongTensor(ids)
+
+    def _batches(self, lines):
+        tokens = [self._tokenize(line) for line in lines]
+        lengths = np.array([t.numel() for t in tokens])
+        indices = np.argsort(-lengths, kind="quicksort")
+        batch, ntokens = [], 0
+        for i in indices:
+            if batch and ntokens + lengths[i] > self.max_tokens:
+                yield batch, tokens, lengths
+                batch, ntokens = [], 0
+            batch.append(i)
+            ntokens += lengths[i]
+        if batch:
+            yield batch, tokens, lengths
+
+    @torch.no_grad()
+    def encode_bpe(self, bpe_lines: list[str]) -> np.ndarray:
+        out = np.zeros((len(bpe_lines), 2 * self.lstm.hidden_size), np.float32)
+        for batch, tokens, lengths in self._batches(bpe_lines):
+            width = lengths[batch[0]]
+            src = torch.full((len(batch), width), 1, dtype=torch.long)
+            for j, i in enumerate(batch):
+                src[j, : lengths[i]] = tokens[i]
+            x = self.embed_tokens(src).transpose(0, 1)
+            packed = torch.nn.utils.rnn.pack_padded_sequence(x, torch.as_tensor(lengths[batch]))
+            h, _ = self.lstm(packed)
+            h, _ = torch.nn.utils.rnn.pad_packed_sequence(h, padding_value=0.0)
+            mask = src.eq(1).t()
+            if mask.any():
+                h = h.float().masked_fill_(mask.unsqueeze(-1), float("-inf"))
+            out[batch] = h.max(dim=0)[0].numpy()
+        return out
+
+
+def load_inputs(langs: list[str], n_lines: int):
+    from hf_laser.encoder import read_lines
+
+    inputs = []
+    for iso3 in langs:
+        lines = list(read_lines(TATOEBA / f"tatoeba.{iso3}-eng.{iso3}"))[:n_lines]
+        inputs.append((iso3, tatoeba_lang(iso3), lines))
+    return inputs
+
+
+def run_variant(variant: str, model_dir: Path, langs: list[str], n_lines: int, out_npy: Path) -> dict:
+    """Runs in its own process; returns timings, peak RSS, and saves the embeddings for comparison."""
+    import hf_laser
+    from hf_laser import LaserEncoder
+
+    inputs = load_inputs(langs, n_lines)
+    n_sent = sum(len(lines) for _, _, lines in inputs)
+    encoder = LaserEncoder.from_pretrained(model_dir)
+    tokenizer = encoder.tokenizer
+    # warm-up: tokenizer caches (jieba/MeCab dictionaries) and kernels, outside the timed region
+    for _, lang, lines in inputs:
+        tokenizer.encode_lines(lines[:20], lang=lang)
+    encoder.encode_ids([[5, 6, 2]] * 4)
+
+    result = {"variant": variant, "sentences": n_sent, "threads": torch.get_num_threads()}
+    t0 = time.perf_counter()
+    if variant == "original":
+        original = OriginalLaserEncoder(model_dir)
+        original.encode_bpe(["a b"] * 4)
+        t0 = time.perf_counter()
+        bpe = [(tokenizer.pipeline.subword_lines(tokenizer.pipeline.preprocess(lines, lang))) for _, lang, lines in inputs]
+        t1 = time.perf_counter()
+        emb = np.concatenate([original.encode_bpe(lines) for lines in bpe])
+        t2 = time.perf_counter()
+        tokens = sum(len(line.split()) + 1 for lines in bpe for line in lines)
+    else:
+        if variant == "int8":
+            encoder.model = torch.ao.quantization.quantize_dynamic(
+                encoder.model, {torch.nn.LSTM, torch.nn.Linear}, dtype=torch.qint8)
+        elif variant == "bf16":
+            encoder.model = encoder.model.to(torch.bfloat16)
+        ids = [tokenizer.encode_lines(lines, lang=lang) for _, lang, lines in inputs]
+        t1 = time.perf_counter()
+        emb = np.concatenate([encoder.encode_ids(x).numpy() for x in ids])
+        t2 = time.perf_counter()
+        # end to end through the public API, timed separately
+        t3 = time.perf_counter()
+        for _, lang, lines in inputs:
+            encoder.encode(lines, lang=lang)
+        result["e2e_api_s"] = time.perf_counter() - t3
+        tokens = sum(len(s) for x in ids for s in x)
+    result.update(tokenize_s=t1 - t0, encode_s=t2 - t1, tokens=tokens,
+                  peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    np.save(out_npy, emb)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--langs", default="fra,deu,rus,cmn")
+    parser.add_argument("--lines", type=int, default=1000, help="lines per language file")
+    parser.add_argument("--modes", default="fp32,int8,bf16", help="hf_laser variants besides the original")
+    parser.add_argument("--_variant", help=argparse.SUPPRESS)
+    parser.add_argument("--_out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if not SHARED.exists():
+        sys.exit(f"needs {SHARED} (Tatoeba text and the reference BPE files)")
+    langs = args.langs.split(",")
+    model_dir = build_full_size_model()
+    if args._variant:
+        print(json.dumps(run_variant(args._variant, model_dir, langs, args.lines, Path(args._out))))
+        return
+
+    results = {}
+    for variant in ["original", *args.modes.split(",")]:
+        npy = CACHE / f"emb-{variant}.npy"
+        proc = subprocess.run([sys.executable, __file__, "--langs", args.langs, "--lines", str(args.lines),
+                               "--_variant", variant, "--_out", str(npy)], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        if proc.returncode:
+            sys.exit(f"{variant} failed:\n{proc.stderr[-3000:]}")
+        results[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
+        results[variant]["emb"] = np.load(npy)
+
+    ref = results["original"]["emb"]
+    o = results["original"]
+    o_total = o["tokenize_s"] + o["encode_s"]
+    print(f"model: {model_dir.name} (5x512 BiLSTM, random weights), text: Tatoeba {args.langs} x {args.lines} lines "
+          f"= {o['sentences']} sentences, {o['tokens']} tokens; torch threads {o['threads']}")
+    print("| variant | encoder sent/s | encoder tok/s | end-to-end sent/s | e2e via encode() sent/s | "
+          "e2e speed-up | max abs diff | mean cosine | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        total = r["tokenize_s"] + r["encode_s"]
+        emb = r["emb"]
+        cos = np.sum(emb * ref, 1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(ref, axis=1))
+        api = f"{r['sentences'] / r['e2e_api_s']:.1f}" if "e2e_api_s" in r else "-"
+        print(f"| {name} | {r['sentences'] / r['encode_s']:.1f} | {r['tokens'] / r['encode_s']:.0f} | "
+              f"{r['sentences'] / total:.1f} | {api} | {o_total / total:.2f}x | "
+              f"{np.abs(emb - ref).max():.2e} | {cos.mean():.6f} | {r['peak_rss_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

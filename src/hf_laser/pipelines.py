@@ -1,0 +1,78 @@
+"""A `transformers` pipeline that returns one LASER sentence embedding per input sentence.
+
+After `import hf_laser`::
+
+    from transformers import pipeline
+    embed = pipeline("laser-sentence-embedding", model="laser-93langs")
+    embed("Bonjour le monde.", lang="fr")                   # list of 1024 floats
+    embed(["Hello.", "Hallo."], lang=["en", "de"], normalize=True)
+
+`pipeline("feature-extraction", model=..., tokenizer=...)` works as well and returns the token-level BiLSTM outputs
+(`last_hidden_state`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import Pipeline
+from transformers.pipelines import PIPELINE_REGISTRY
+
+from .modeling_laser import LaserModel
+
+TASK = "laser-sentence-embedding"
+
+
+class LaserSentenceEmbeddingPipeline(Pipeline):
+    """Sentence embeddings (the max-pooled BiLSTM outputs, `pooler_output`) for raw text.
+
+    Call arguments:
+        lang (`str` or list of `str`): language of the input for the LASER preprocessing (default: the tokenizer's).
+        normalize (`bool`): L2-normalise the embeddings.
+        return_tensors (`bool`): return a `torch.Tensor` of shape `(dim,)` per sentence instead of a list of floats.
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def __call__(self, inputs: str | Sequence[str], lang: str | Sequence[str] | None = None, **kwargs):
+        if isinstance(lang, (list, tuple)):
+            # one language per sentence: pair them so each item carries its own code through batching
+            if isinstance(inputs, str) or len(lang) != len(inputs):
+                raise ValueError("a list of languages needs a list of sentences of the same length")
+            return super().__call__([{"text": t, "lang": code} for t, code in zip(inputs, lang)], **kwargs)
+        return super().__call__(inputs, lang=lang, **kwargs)
+
+    def _sanitize_parameters(self, lang=None, normalize=None, return_tensors=None, **kwargs):
+        preprocess = {"lang": lang} if lang is not None else {}
+        postprocess = {}
+        if normalize is not None:
+            postprocess["normalize"] = normalize
+        if return_tensors is not None:
+            postprocess["return_tensors"] = return_tensors
+        return preprocess, {}, postprocess
+
+    def preprocess(self, inputs, lang=None) -> dict[str, torch.Tensor]:
+        if isinstance(inputs, dict):
+            inputs, lang = inputs["text"], inputs["lang"]
+        if not isinstance(inputs, str):
+            raise TypeError(f"expected a sentence (str), got {type(inputs).__name__}")
+        kwargs = {"lang": lang} if lang is not None else {}
+        return self.tokenizer(inputs, return_tensors="pt", **kwargs)
+
+    def _forward(self, model_inputs):
+        return self.model(input_ids=model_inputs["input_ids"], attention_mask=model_inputs["attention_mask"])
+
+    def postprocess(self, model_outputs, normalize: bool = False, return_tensors: bool = False):
+        embedding = model_outputs.pooler_output[0].float()
+        if normalize:
+            embedding = torch.nn.functional.normalize(embedding, dim=-1)
+        return embedding if return_tensors else embedding.tolist()
+
+
+PIPELINE_REGISTRY.register_pipeline(
+    TASK, pipeline_class=LaserSentenceEmbeddingPipeline, pt_model=LaserModel, type="text"
+)
