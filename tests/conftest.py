@@ -25,8 +25,8 @@ def require_shared(*paths: Path) -> None:
 
 def read_lines(path: Path) -> list[str]:
     """Lines split on '\\n' only, as the reference README prescribes."""
-    text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    lines = text.split("\n")
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as f:
+        lines = f.read().split("\n")
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 

@@ -1,20 +1,25 @@
 """hf_laser: LASER sentence embeddings as a Hugging Face transformers model.
 
-Importing the package registers the `laser` model type with the transformers Auto classes.
+Importing the package registers the `laser` model type with the transformers Auto classes and the
+`laser-sentence-embedding` pipeline.
 """
 
-from transformers import AutoConfig, AutoModel
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from .configuration_laser import LaserConfig
 from .modeling_laser import LaserModel, LaserPreTrainedModel
+from .tokenization_laser import LaserTokenizer
+from .encoder import LaserEncoder
+from . import pipelines  # noqa: F401  (registers the pipeline)
 
 __version__ = "0.1.0"
 
 AutoConfig.register("laser", LaserConfig, exist_ok=True)
 AutoModel.register(LaserConfig, LaserModel, exist_ok=True)
+AutoTokenizer.register(LaserConfig, tokenizer_class=LaserTokenizer, exist_ok=True)
 # Saved directories carry the modeling code and an `auto_map`, so they load with `trust_remote_code=True`
 # where hf_laser is not installed.
 LaserConfig.register_for_auto_class()
 LaserModel.register_for_auto_class("AutoModel")
 
-__all__ = ["LaserConfig", "LaserModel", "LaserPreTrainedModel", "__version__"]
+__all__ = ["LaserConfig", "LaserModel", "LaserPreTrainedModel", "LaserTokenizer", "LaserEncoder", "__version__"]
