@@ -14,6 +14,7 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from itertools import islice
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -22,6 +23,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .modeling_laser import LaserModel
+from .tokenization_laser import LaserTokenizer
+from .tokenization_laser import read_lines as tokenizer_read_lines
 
 DEFAULT_MAX_TOKENS = 12000  # the original SentenceEncoder's token budget
 PROGRESS_BAR_MIN_SENTENCES = 10_000
@@ -68,10 +71,7 @@ def plan_batches(lengths: Sequence[int], max_tokens: int | None = DEFAULT_MAX_TO
 def read_lines(path: str | os.PathLike, start: int = 0) -> Iterator[str]:
     """Yields the lines of a UTF-8 file split on `'\\n'` only (a `\\r` or `\\u2028` inside a line stays inside),
     without their newline, from line `start` on. Invalid bytes survive as surrogates (`errors="surrogateescape"`)."""
-    with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as f:
-        for i, line in enumerate(f):
-            if i >= start:
-                yield line[:-1] if line.endswith("\n") else line
+    return islice(tokenizer_read_lines(path), start, None)
 
 
 def count_lines(path: str | os.PathLike) -> int:
@@ -131,10 +131,8 @@ class LaserEncoder:
             model = model.to(device)
         tokenizer, vocab = None, None
         try:
-            from .tokenization_laser import LaserTokenizer
-
             tokenizer = LaserTokenizer.from_pretrained(path)
-        except (OSError, ValueError, TypeError, ImportError):
+        except (OSError, ValueError):  # a dictionary-only directory (converted without subword files)
             vocab_file = Path(path) / "vocab.json"
             if vocab_file.is_file():
                 vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
