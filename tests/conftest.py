@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+
 import numpy as np
 import pytest
+import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Each xdist worker gets one thread: two workers x two threads on a 2-core machine oversubscribe the cores and
+    # make small LSTM calls orders of magnitude slower.
+    torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -4,10 +4,16 @@ Importing the package registers the `laser` model type with the transformers Aut
 `laser-sentence-embedding` pipeline.
 """
 
-from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from .configuration_laser import LaserConfig
-from .modeling_laser import LaserModel, LaserPreTrainedModel
+from .modeling_laser import (
+    LaserClassificationCollator,
+    LaserClassificationHead,
+    LaserForSequenceClassification,
+    LaserModel,
+    LaserPreTrainedModel,
+)
 from .tokenization_laser import LaserTokenizer
 from .encoder import LaserEncoder
 from . import pipelines  # noqa: F401  (registers the pipeline)
@@ -16,10 +22,22 @@ __version__ = "0.1.0"
 
 AutoConfig.register("laser", LaserConfig, exist_ok=True)
 AutoModel.register(LaserConfig, LaserModel, exist_ok=True)
+AutoModelForSequenceClassification.register(LaserConfig, LaserForSequenceClassification, exist_ok=True)
 AutoTokenizer.register(LaserConfig, tokenizer_class=LaserTokenizer, exist_ok=True)
 # Saved directories carry the modeling code and an `auto_map`, so they load with `trust_remote_code=True`
 # where hf_laser is not installed.
 LaserConfig.register_for_auto_class()
 LaserModel.register_for_auto_class("AutoModel")
+LaserForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
-__all__ = ["LaserConfig", "LaserModel", "LaserPreTrainedModel", "LaserTokenizer", "LaserEncoder", "__version__"]
+__all__ = [
+    "LaserConfig",
+    "LaserModel",
+    "LaserPreTrainedModel",
+    "LaserForSequenceClassification",
+    "LaserClassificationHead",
+    "LaserClassificationCollator",
+    "LaserTokenizer",
+    "LaserEncoder",
+    "__version__",
+]

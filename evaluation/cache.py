@@ -1,0 +1,294 @@
+"""On-disk embedding cache: every (model, text file / list of texts, language) is embedded once.
+
+Layout::
+
+    CACHE_DIR/<model fingerprint>/<key>.npy     (n, dim) float32 or float16, loaded memory-mapped
+    CACHE_DIR/<model fingerprint>/<key>.json    what it holds: source, lang, n, dtype, seconds
+
+The key hashes the model fingerprint (weights, config, tokenizer, hf_laser version), the exact content of the texts
+(for a file: its lines split on '\\n'), the language, the input kind (raw text / pre-tokenized) and the dtype, so a
+changed file, model or tokenizer never reuses stale vectors. Writes are atomic (a partial file is renamed when
+complete), so an interrupted run never leaves a truncated entry; files are streamed through
+`LaserEncoder.encode_file`, which resumes where a killed run stopped.
+
+The default directory is `$HF_LASER_CACHE`, else `$XDG_CACHE_HOME/hf_laser/embeddings` (`~/.cache/...`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from hf_laser.encoder import batched, count_lines, read_lines
+
+CACHE_VERSION = 1
+TEXT_CHUNK = 20_000
+
+__all__ = ["EmbeddingCache", "default_cache_dir", "model_fingerprint", "texts_digest", "split_at_periods"]
+
+
+def default_cache_dir() -> Path:
+    if os.environ.get("HF_LASER_CACHE"):
+        return Path(os.environ["HF_LASER_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "hf_laser" / "embeddings"
+
+
+def texts_digest(texts) -> str:
+    """SHA-256 of a sequence of strings (length-prefixed, so `["a b"]` and `["a", "b"]` differ)."""
+    h = hashlib.sha256()
+    n = 0
+    for t in texts:
+        b = t.encode("utf-8", "surrogateescape")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+        n += 1
+    h.update(n.to_bytes(8, "little"))
+    return h.hexdigest()
+
+
+_VOLATILE_KEYS = {"name_or_path", "_name_or_path", "transformers_version", "_commit_hash", "architectures",
+                  "auto_map", "dtype", "torch_dtype", "tokenizer_file"}
+
+
+def _stable_json(obj) -> bytes:
+    if isinstance(obj, dict):
+        obj = {k: v for k, v in obj.items() if k not in _VOLATILE_KEYS}
+    return json.dumps(obj, sort_keys=True, default=str).encode()
+
+
+def model_fingerprint(encoder) -> str:
+    """Hash of everything that determines an embedding: weights, config, tokenizer files / vocabulary, hf_laser
+    version. Cached on the encoder object (computed once, ~1 s for a full-size model)."""
+    cached = getattr(encoder, "_hf_laser_fingerprint", None)
+    if cached:
+        return cached
+    import hf_laser
+
+    h = hashlib.sha256(f"hf_laser-embedding-cache-v{CACHE_VERSION}:{hf_laser.__version__}".encode())
+    h.update(_stable_json(encoder.model.config.to_dict()))
+    for name, tensor in sorted(encoder.model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    tokenizer = getattr(encoder, "tokenizer", None)
+    if tokenizer is not None:
+        h.update(type(tokenizer).__name__.encode())
+        with tempfile.TemporaryDirectory() as tmp:
+            tokenizer.save_pretrained(tmp)
+            for path in sorted(Path(tmp).rglob("*")):
+                if not path.is_file():
+                    continue
+                h.update(path.name.encode())
+                data = path.read_bytes()
+                if path.suffix == ".json":
+                    try:
+                        data = _stable_json(json.loads(data))
+                    except ValueError:
+                        pass
+                h.update(data)
+    elif getattr(encoder, "vocab", None) is not None:
+        h.update(_stable_json(encoder.vocab))
+    fp = h.hexdigest()[:24]
+    try:
+        encoder._hf_laser_fingerprint = fp
+    except AttributeError:
+        pass
+    return fp
+
+
+def split_at_periods(tokens: str) -> list[str]:
+    """Splits a tokenised document into sentences after every `.` token that is not the last one (LASER's
+    `SplitLines`, used for MLDoc). Always returns at least one (possibly empty) piece."""
+    pieces, current = [], []
+    words = tokens.split()
+    for i, w in enumerate(words):
+        current.append(w)
+        if w == "." and i != len(words) - 1:
+            pieces.append(" ".join(current))
+            current = []
+    if current or not pieces:
+        pieces.append(" ".join(current))
+    return pieces
+
+
+class EmbeddingCache:
+    """Embeds texts and files with a `LaserEncoder`, memoised on disk.
+
+    Args:
+        encoder: a `LaserEncoder` (anything with `.model`, `.dim`, `.encode`, `.encode_file`).
+        cache_dir: root directory (default: [`default_cache_dir`]); None with `enabled=False` keeps nothing on disk.
+        fp16: store float16 (half the disk and page cache; the classifier and the search convert to float32).
+        enabled: False embeds every time (and writes nothing).
+        show_progress: tqdm bars while embedding.
+        encode_kwargs: passed to `encoder.encode` (`max_tokens`, `device`, `num_proc`...).
+    """
+
+    def __init__(self, encoder, cache_dir: str | os.PathLike | None = None, *, fp16: bool = False,
+                 enabled: bool = True, show_progress: bool = True, encode_kwargs: dict | None = None):
+        self.encoder = encoder
+        self.enabled = enabled
+        self.fp16 = fp16
+        self.dtype = np.float16 if fp16 else np.float32
+        self.show_progress = show_progress
+        self.encode_kwargs = dict(encode_kwargs or {})
+        self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.hits = 0
+        self.misses = 0
+        self._dir: Path | None = None
+
+    @property
+    def dir(self) -> Path:
+        if self._dir is None:
+            self._dir = self.root / model_fingerprint(self.encoder)
+        return self._dir
+
+    def key(self, digest: str, lang: str, kind: str) -> str:
+        blob = json.dumps([digest, lang, kind, np.dtype(self.dtype).name, CACHE_VERSION]).encode()
+        return hashlib.sha256(blob).hexdigest()[:32]
+
+    def _lookup(self, key: str, n: int) -> np.ndarray | None:
+        if not self.enabled:
+            return None
+        path = self.dir / f"{key}.npy"
+        if not path.exists():
+            return None
+        arr = np.load(path, mmap_mode="r")
+        if arr.shape != (n, self.encoder.dim) or arr.dtype != self.dtype:
+            path.unlink()  # stale or foreign: recompute
+            return None
+        self.hits += 1
+        return arr
+
+    def _store_meta(self, key: str, meta: dict) -> None:
+        tmp = self.dir / f"{key}.json.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, self.dir / f"{key}.json")
+
+    # ------------------------------------------------------------------ texts
+    def embed_texts(self, texts: Sequence[str], lang: str, *, pretokenized: bool = False,
+                    name: str | None = None) -> np.ndarray:
+        """`(len(texts), dim)` embeddings (memory-mapped when cached). `name` labels the progress bar / metadata."""
+        texts = list(texts)
+        kind = "bpe" if pretokenized else "text"
+        key = self.key(texts_digest(texts), lang, kind)
+        hit = self._lookup(key, len(texts))
+        if hit is not None:
+            return hit
+        self.misses += 1
+        t0 = time.time()
+        desc = f"embed {name or 'texts'} [{lang}]"
+        if not self.enabled:
+            return self._encode_chunks(texts, lang, pretokenized, None, desc)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        partial = self.dir / f"{key}.partial{os.getpid()}.npy"
+        out = self._encode_chunks(texts, lang, pretokenized, partial, desc)
+        del out
+        os.replace(partial, self.dir / f"{key}.npy")
+        self._store_meta(key, {"source": name, "lang": lang, "kind": kind, "n": len(texts),
+                               "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
+        return np.load(self.dir / f"{key}.npy", mmap_mode="r")
+
+    def _encode_chunks(self, texts, lang, pretokenized, path, desc) -> np.ndarray:
+        shape = (len(texts), self.encoder.dim)
+        out = (np.lib.format.open_memmap(path, mode="w+", dtype=self.dtype, shape=shape) if path is not None
+               else np.empty(shape, dtype=self.dtype))
+        done = 0
+        with tqdm(total=len(texts), desc=desc, unit="sent", disable=not self.show_progress, leave=False) as bar:
+            for chunk in batched(texts, TEXT_CHUNK):
+                emb = self.encoder.encode(chunk, lang, pretokenized=pretokenized, show_progress_bar=False,
+                                          **self.encode_kwargs)
+                out[done:done + len(chunk)] = emb
+                done += len(chunk)
+                bar.update(len(chunk))
+        if path is not None:
+            out.flush()
+        return out
+
+    # ------------------------------------------------------------------ files
+    def embed_file(self, path: str | os.PathLike, lang: str, *, pretokenized: bool = False) -> np.ndarray:
+        """Embeds a text file (one sentence per line, split on '\\n' only), streaming, resumable."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"input file not found: {path}")
+        lines = read_lines(path)
+        digest = texts_digest(lines)
+        n = count_lines(path)
+        kind = "bpe" if pretokenized else "text"
+        key = self.key(digest, lang, kind)
+        hit = self._lookup(key, n)
+        if hit is not None:
+            return hit
+        self.misses += 1
+        if not self.enabled:
+            return self.encoder.encode(list(read_lines(path)), lang, pretokenized=pretokenized,
+                                       show_progress_bar=self.show_progress, **self.encode_kwargs).astype(self.dtype)
+        t0 = time.time()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        partial = self.dir / f"{key}.partial.npy"  # same name across runs: encode_file resumes it
+        kw = {k: v for k, v in self.encode_kwargs.items() if k in ("max_tokens", "batch_size", "device", "num_proc")}
+        out = self.encoder.encode_file(path, partial, lang=lang, pretokenized=pretokenized, fp16=self.fp16,
+                                       show_progress_bar=self.show_progress and n >= 1000, resume=True, **kw)
+        del out
+        os.replace(partial, self.dir / f"{key}.npy")
+        self._store_meta(key, {"source": str(path), "lang": lang, "kind": kind, "n": n,
+                               "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
+        return np.load(self.dir / f"{key}.npy", mmap_mode="r")
+
+    # ------------------------------------------------------------------ documents
+    def embed_documents(self, docs: Sequence[str], lang: str, *, pretokenized: bool = False,
+                        name: str | None = None) -> np.ndarray:
+        """Document embeddings as LASER computes them for MLDoc: each document is tokenised, split into sentences
+        after every `.` token but the last ([`split_at_periods`]), and its vector is the mean of its sentences'.
+
+        With `pretokenized=True` the documents are already BPE tokens (the split happens on them)."""
+        docs = list(docs)
+        kind = "doc-bpe" if pretokenized else "doc-text"
+        key = self.key(texts_digest(docs), lang, kind)
+        hit = self._lookup(key, len(docs))
+        if hit is not None:
+            return hit
+        self.misses += 1
+        t0 = time.time()
+        enc = self.encoder
+        if pretokenized:
+            tok_docs = docs
+        else:
+            if enc.tokenizer is None:
+                raise ValueError("this model has no tokenizer: pass pretokenized=True with BPE-tokenised documents")
+            tok_docs = enc.tokenizer.pipeline.process(docs, lang, stage="tok")
+        pieces, owner = [], []
+        for i, doc in enumerate(tok_docs):
+            for piece in split_at_periods(doc):
+                pieces.append(piece)
+                owner.append(i)
+        if pretokenized:
+            ids = enc.token_ids(pieces, pretokenized=True)
+        else:
+            ids = enc.tokenizer.encode_lines(pieces, lang=lang, pretokenized="tok",
+                                             num_proc=self.encode_kwargs.get("num_proc", 1))
+        kw = {k: v for k, v in self.encode_kwargs.items() if k in ("max_tokens", "batch_size", "device")}
+        sent = enc.encode_ids(ids, show_progress_bar=self.show_progress and len(ids) >= 1000, **kw).numpy()
+        owner = np.asarray(owner)
+        sums = np.zeros((len(docs), enc.dim), dtype=np.float64)
+        np.add.at(sums, owner, sent)
+        counts = np.bincount(owner, minlength=len(docs))
+        out = (sums / counts[:, None]).astype(self.dtype)
+        if not self.enabled:
+            return out
+        self.dir.mkdir(parents=True, exist_ok=True)
+        partial = self.dir / f"{key}.partial{os.getpid()}.npy"
+        np.save(partial, out)
+        os.replace(partial, self.dir / f"{key}.npy")
+        self._store_meta(key, {"source": name, "lang": lang, "kind": kind, "n": len(docs), "sentences": len(pieces),
+                               "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
+        return np.load(self.dir / f"{key}.npy", mmap_mode="r")
