@@ -6,9 +6,13 @@ from pathlib import Path
 
 import os
 
-import numpy as np
-import pytest
-import torch
+# Set before torch/faiss start OpenMP: busy-waiting threads make small LSTM calls ~100x slower when two test
+# workers share two cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Each xdist worker gets one thread: two workers x two threads on a 2-core machine oversubscribe the cores and
