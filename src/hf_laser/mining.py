@@ -72,6 +72,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .encoder import count_lines, read_lines
+
 __all__ = [
     "MARGINS",
     "MODES",
@@ -985,28 +987,8 @@ def mine_sentences(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def iter_lines(path: str | os.PathLike) -> Iterator[str]:
-    """Lines of a UTF-8 text file without their ``\\n``, numbered exactly as ``LaserEncoder.encode_file`` reads them.
-
-    Only ``\\n`` ends a line (no universal newlines), so a ``\\r`` or U+2028 inside a sentence stays inside and does
-    not shift the line numbering; invalid bytes survive as surrogates.
-    """
-    with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as f:
-        for line in f:
-            yield line[:-1] if line.endswith("\n") else line
-
-
-def count_lines(path: str | os.PathLike) -> int:
-    """Number of lines (a last line without ``\\n`` counts), reading in binary chunks."""
-    n, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while True:
-            buf = f.read(1 << 24)
-            if not buf:
-                break
-            n += buf.count(b"\n")
-            last = buf[-1:]
-    return n + (0 if last == b"\n" else 1)
+# Lines are numbered exactly as `LaserEncoder.encode_file` reads them: only '\n' ends a line.
+iter_lines = read_lines
 
 
 def read_lines_at(path: str | os.PathLike, line_numbers: Iterable[int]) -> dict[int, str]:
