@@ -4,12 +4,19 @@ Importing the package registers the `laser` model type with the transformers Aut
 `laser-sentence-embedding` pipeline.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForPreTraining,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+)
 
 from .configuration_laser import LaserConfig
 from .modeling_laser import (
     LaserClassificationCollator,
     LaserClassificationHead,
+    LaserForPreTraining,
     LaserForSequenceClassification,
     LaserModel,
     LaserPreTrainedModel,
@@ -22,6 +29,7 @@ __version__ = "0.1.0"
 
 AutoConfig.register("laser", LaserConfig, exist_ok=True)
 AutoModel.register(LaserConfig, LaserModel, exist_ok=True)
+AutoModelForPreTraining.register(LaserConfig, LaserForPreTraining, exist_ok=True)
 AutoModelForSequenceClassification.register(LaserConfig, LaserForSequenceClassification, exist_ok=True)
 AutoTokenizer.register(LaserConfig, tokenizer_class=LaserTokenizer, exist_ok=True)
 # Saved directories carry the modeling code and an `auto_map`, so they load with `trust_remote_code=True`
@@ -29,11 +37,13 @@ AutoTokenizer.register(LaserConfig, tokenizer_class=LaserTokenizer, exist_ok=Tru
 LaserConfig.register_for_auto_class()
 LaserModel.register_for_auto_class("AutoModel")
 LaserForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+LaserForPreTraining.register_for_auto_class("AutoModelForPreTraining")
 
 __all__ = [
     "LaserConfig",
     "LaserModel",
     "LaserPreTrainedModel",
+    "LaserForPreTraining",
     "LaserForSequenceClassification",
     "LaserClassificationHead",
     "LaserClassificationCollator",

@@ -63,6 +63,9 @@ class LaserModel(LaserPreTrainedModel):
     `SentenceEncoder`, so the embeddings do not depend on the batch composition.
     """
 
+    # A LaserForPreTraining checkpoint also holds the decoder; loading the encoder alone ignores it.
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\."]
+
     def __init__(self, config: LaserConfig):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_token_id)
@@ -449,8 +452,6 @@ class LaserForSequenceClassification(LaserPreTrainedModel):
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
-__all__ = ["LaserPreTrainedModel", "LaserModel", "LaserClassificationHead", "LaserClassificationCollator",
-           "LaserForSequenceClassification"]
 
 
 @dataclass
@@ -665,4 +666,13 @@ class LaserForPreTraining(LaserPreTrainedModel):
         )
 
 
-__all__ += ["LaserDecoder", "LaserForPreTraining", "LaserForPreTrainingOutput"]
+__all__ = [
+    "LaserPreTrainedModel",
+    "LaserModel",
+    "LaserClassificationHead",
+    "LaserClassificationCollator",
+    "LaserForSequenceClassification",
+    "LaserDecoder",
+    "LaserForPreTraining",
+    "LaserForPreTrainingOutput",
+]

@@ -1,0 +1,529 @@
+"""Training: LaserForPreTraining, BPE learning, the data pipeline, and `training/train.py` end to end (learning on a
+synthetic cipher, DDP with two processes, kill-and-resume, a real-data smoke run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import REPO, SHARED, require_shared
+from safetensors.torch import load_file
+from transformers import AutoModel
+
+import hf_laser  # noqa: F401  (registers the "laser" model type)
+from hf_laser import LaserConfig, LaserModel
+from hf_laser.bpe import read_codes, read_vocab
+from hf_laser.modeling_laser import LaserForPreTraining, shift_tokens_right
+
+sys.path.insert(0, str(REPO))
+from training.data import (  # noqa: E402
+    BatchSchedule,
+    PairBatches,
+    collect_pairs,
+    prepare_training_data,
+    resolve_corpora,
+)
+from training.learn_bpe import balance_lines, learn_bpe  # noqa: E402
+
+PARALLEL = SHARED / "data" / "parallel"
+
+# ---------------------------------------------------------------------------------------------- synthetic data
+WORDS = ("man woman child dog cat house car tree river city book letter song friend teacher doctor "
+         "sees likes finds takes gives reads writes buys big small old new red green").split()
+
+
+def cipher(word: str, shift: int) -> str:
+    """A deterministic word-for-word cipher: reversed letters, vowels rotated by `shift`, a `q` prefix."""
+    vowels = "aeiou"
+    return "q" + "".join(vowels[(vowels.index(c) + shift) % 5] if c in vowels else c for c in word[::-1])
+
+
+def write_cipher_corpus(folder: Path, n: int, seed: int) -> None:
+    """Multi-parallel folder: English word sequences (`en`), their cipher (`xx`) and a reordered cipher (`yy`)."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    en = [rng.choice(WORDS, size=rng.integers(3, 8)).tolist() for _ in range(n)]
+    sides = {"en": [" ".join(s) for s in en],
+             "xx": [" ".join(cipher(w, 1) for w in s) for s in en],
+             "yy": [" ".join(cipher(w, 2) for w in s[::-1]) for s in en]}
+    for lang, lines in sides.items():
+        (folder / f"{lang}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def cipher_setup(tmp_path_factory):
+    """Cipher train/valid folders and a tiny training config. `en` and `xx` are the decoder's target languages
+    (like the paper's en/es); `yy` is only a source."""
+    root = tmp_path_factory.mktemp("cipher")
+    write_cipher_corpus(root / "train", 2000, seed=0)
+    write_cipher_corpus(root / "valid", 200, seed=1)
+    cfg = {
+        "seed": 3,
+        "data": {"corpora": [str(root / "train")], "source_languages": "all", "target_languages": ["en", "xx"],
+                 "max_length": 40, "cache_dir": str(root / "cache")},
+        "tokenizer": {"bpe_merges": 300},
+        "model": {"embed_dim": 32, "hidden_size": 32, "num_layers": 1, "decoder_embed_dim": 32,
+                  "decoder_hidden_size": 64, "lang_embed_dim": 8},
+        "batching": {"max_tokens": 400, "num_workers": 0},
+        "training": {"max_steps": 700, "learning_rate": 0.01, "log_every": 10, "eval_every": 100,
+                     "save_every": 100, "keep_checkpoints": 10, "report_to": None},
+        "validation": {"path": str(root / "valid")},
+    }
+    config = root / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    return root, config
+
+
+def run_train(config: Path, out: Path, *extra: str, launcher: list[str] | None = None, wait: bool = True):
+    """Runs training/train.py in a subprocess; returns its output (or, with `wait=False`, `(process, log_path)`)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    cmd = (launcher or [sys.executable]) + [str(REPO / "training" / "train.py"), "--config", str(config),
+                                            "--output-dir", str(out), *extra]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log_path = out.parent / f"{out.name}-{time.monotonic_ns()}.log"
+    with open(log_path, "w") as log:  # a file, not a pipe: a full pipe would block the child
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    if not wait:
+        return proc, log_path
+    proc.wait(timeout=600)
+    output = log_path.read_text()
+    assert proc.returncode == 0, output[-4000:]
+    return output
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def cipher_run(cipher_setup, tmp_path_factory):
+    """One uninterrupted training run of 700 steps on the cipher data."""
+    _, config = cipher_setup
+    out = tmp_path_factory.mktemp("cipher-run") / "out"
+    log = run_train(config, out)
+    return out, log
+
+
+# ---------------------------------------------------------------------------------------------- model
+def tiny_config(**kw) -> LaserConfig:
+    cfg = dict(vocab_size=60, embed_dim=12, hidden_size=10, num_layers=2, decoder_embed_dim=8,
+               decoder_hidden_size=16, lang_embed_dim=4, target_languages=["en", "es"])
+    cfg.update(kw)
+    return LaserConfig(**cfg)
+
+
+def test_pretraining_forward_shapes_loss_and_padding():
+    torch.manual_seed(0)
+    model = LaserForPreTraining(tiny_config()).eval()
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 1, 1]])
+    labels = torch.tensor([[11, 12, 2, -100], [13, 14, 15, 2]])
+    lang = torch.tensor([0, 1])
+    out = model(input_ids=src, labels=labels, target_lang_ids=lang)
+    assert out.logits.shape == (2, 4, 60)
+    assert out.sentence_embedding.shape == (2, 20)
+    assert out.encoder_last_hidden_state.shape == (2, 5, 20)
+    # the loss is the mean cross-entropy over the non-ignored target tokens, nothing else
+    expected = torch.nn.functional.cross_entropy(out.logits[labels != -100], labels[labels != -100])
+    torch.testing.assert_close(out.loss, expected)
+    # teacher forcing starts with </s>; a padded row gives the same logits as the row alone
+    assert shift_tokens_right(labels, 1, 2).tolist() == [[2, 11, 12, 2], [2, 13, 14, 15]]
+    alone = model(input_ids=src[1:, :3], labels=labels[1:], target_lang_ids=lang[1:])
+    torch.testing.assert_close(alone.logits, out.logits[1:])
+    # the target language id matters, and so does the source (through the sentence embedding only)
+    other = model(input_ids=src, labels=labels, target_lang_ids=1 - lang)
+    assert not torch.allclose(other.logits, out.logits)
+    smoothed = LaserForPreTraining(tiny_config(label_smoothing=0.1))
+    smoothed.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert float(smoothed.eval()(input_ids=src, labels=labels, target_lang_ids=lang).loss) > float(out.loss)
+    with pytest.raises(ValueError, match="target_lang_ids is required"):
+        model(input_ids=src, labels=labels)
+
+
+def test_pretraining_gradients_and_bf16_autocast():
+    torch.manual_seed(0)
+    model = LaserForPreTraining(tiny_config(num_layers=1, decoder_num_layers=2)).train()
+    src = torch.randint(4, 60, (3, 6))
+    labels = torch.randint(4, 60, (3, 5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids=src, labels=labels, target_lang_ids=torch.tensor([0, 1, 0]))
+    assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+    out.loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    # every parameter gets a gradient except the <pad> rows' (which are not used here)
+    assert missing == []
+
+
+def test_save_encoder_loads_with_automodel(tmp_path):
+    torch.manual_seed(0)
+    model = LaserForPreTraining(tiny_config()).eval()
+    model.save_pretrained(tmp_path / "pretraining")
+    model.save_encoder(tmp_path / "encoder")
+    config = json.loads((tmp_path / "encoder" / "config.json").read_text())
+    assert config["architectures"] == ["LaserModel"]
+    assert model.config.architectures == ["LaserForPreTraining"]  # the shared config is left as it was
+    ids = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 1]])
+    expected = model.laser(ids).pooler_output
+    encoder = AutoModel.from_pretrained(tmp_path / "encoder").eval()
+    assert type(encoder) is LaserModel
+    torch.testing.assert_close(encoder(ids).pooler_output, expected, rtol=0, atol=0)
+    from_full = LaserModel.from_pretrained(tmp_path / "pretraining").eval()
+    torch.testing.assert_close(from_full(ids).pooler_output, expected, rtol=0, atol=0)
+    reloaded = LaserForPreTraining.from_pretrained(tmp_path / "pretraining").eval()
+    labels = torch.tensor([[3, 4, 2]] * 2)
+    lang = torch.tensor([0, 1])
+    torch.testing.assert_close(reloaded(input_ids=ids, labels=labels, target_lang_ids=lang).logits,
+                               model(input_ids=ids, labels=labels, target_lang_ids=lang).logits)
+
+
+# ---------------------------------------------------------------------------------------------- BPE
+@pytest.fixture(scope="module")
+def small_tokenizer(tmp_path_factory):
+    """A BPE learned on a few synthetic sentences (English words and their cipher)."""
+    rng = np.random.default_rng(5)
+    en = [" ".join(rng.choice(WORDS, size=6)) + "." for _ in range(300)]
+    xx = [" ".join(cipher(w, 1) for w in s[:-1].split()) for s in en]
+    out = tmp_path_factory.mktemp("bpe")
+    return learn_bpe({"en": en, "xx": xx}, out, merges=120, log=lambda _: None), out
+
+
+def test_learn_bpe_writes_fastbpe_files_that_round_trip(small_tokenizer):
+    tokenizer, out = small_tokenizer
+    codes, vocab = read_codes(out / "bpe.fcodes"), read_vocab(out / "bpe.fvocab")
+    assert len(codes) == 120 and len(set(codes)) == 120
+    assert all(c[1].endswith("</w>") or "</w>" not in "".join(c) for c in codes)
+    dictionary = json.loads((out / "vocab.json").read_text())
+    assert [dictionary[t] for t in ("<s>", "<pad>", "</s>", "<unk>")] == [0, 1, 2, 3]
+    assert set(vocab) == set(dictionary) - {"<s>", "<pad>", "</s>", "<unk>"}
+    stats = json.loads((out / "bpe_stats.json").read_text())
+    assert all(r["failures"] == 0 and r["lines"] > 0 for r in stats["roundtrip"].values())
+    # applying the codes with LaserTokenizer gives subwords that join back into the preprocessed text
+    from hf_laser.tokenization_laser import LaserTokenizer
+
+    reloaded = LaserTokenizer.from_pretrained(str(out))
+    text = "Big dog reads old letter."  # words of the BPE training text
+    pieces = reloaded.tokenize(text, lang="en")
+    assert reloaded.convert_tokens_to_string(pieces) == reloaded.preprocess(text, lang="en")
+    assert reloaded.unk_token_id not in reloaded.encode_lines([text], lang="en")[0]
+
+
+def test_learn_bpe_cli_is_deterministic_across_processes(tmp_path):
+    """The tokenizers trainer numbers word-final symbols in hash order (a new seed per process); learn_bpe.py pins
+    them, so two processes learn the same codes from the same text (without the fix, nearly every run differs)."""
+    rng = np.random.default_rng(0)
+    words = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=rng.integers(2, 7))) for _ in range(400)]
+    inputs = []
+    for lang in ("aa", "bb"):
+        write(tmp_path / f"in.{lang}.txt", [" ".join(rng.choice(words, size=8)) for _ in range(300)])
+        inputs += ["--input", f"{lang}:{tmp_path / f'in.{lang}.txt'}"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+    for run in ("a", "b"):
+        subprocess.run([sys.executable, str(REPO / "training" / "learn_bpe.py"), *inputs, "--merges", "300",
+                        "--output-dir", str(tmp_path / run)], env=env, check=True, capture_output=True)
+    for name in ("bpe.fcodes", "bpe.fvocab", "vocab.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert len(read_codes(tmp_path / "a" / "bpe.fcodes")) == 300
+
+
+def test_balance_lines_follows_alpha():
+    lines = {"big": [f"b{i}" for i in range(900)], "small": [f"s{i}" for i in range(100)]}
+    natural = balance_lines(lines, alpha=1.0)
+    assert (len(natural["big"]), len(natural["small"])) == (900, 100)
+    flat = balance_lines(lines, alpha=0.0)
+    assert (len(flat["big"]), len(flat["small"])) == (500, 500)
+    assert set(flat["small"]) == set(lines["small"])  # upsampled: every line, repeated
+    assert len(set(flat["big"])) == 500  # downsampled without repetition
+
+
+# ---------------------------------------------------------------------------------------------- data
+def write(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def test_bitext_line_count_mismatch_is_rejected_naming_the_files(tmp_path):
+    write(tmp_path / "c" / "news.de-en.de", ["a", "b", "c"])
+    write(tmp_path / "c" / "news.de-en.en", ["a", "b"])
+    with pytest.raises(ValueError, match=r"news\.de-en\.de has 3 lines but .*news\.de-en\.en has 2"):
+        collect_pairs(resolve_corpora([str(tmp_path / "c")]), ["de"], ["en"])
+
+
+def test_multiparallel_line_count_mismatch_is_rejected(tmp_path):
+    for lang in ("en", "fr", "de"):
+        write(tmp_path / "m" / f"{lang}.txt", ["x"] * 4)
+    write(tmp_path / "m" / "es.txt", ["x"] * 3)
+    with pytest.raises(ValueError, match=r"most have 4, but .*es\.txt \(3 lines\)"):
+        collect_pairs(resolve_corpora([str(tmp_path / "m")]), None, ["en"])
+
+
+def test_empty_corpus_and_corpus_without_pairs_are_rejected(tmp_path):
+    write(tmp_path / "e" / "news.fr-en.fr", [])
+    write(tmp_path / "e" / "news.fr-en.en", [])
+    with pytest.raises(ValueError, match="is empty"):
+        collect_pairs(resolve_corpora([str(tmp_path / "e")]), ["fr"], ["en"])
+    write(tmp_path / "n" / "news.fr-en.fr", ["bonjour"])
+    write(tmp_path / "n" / "news.fr-en.en", ["hello"])
+    with pytest.raises(ValueError, match="gives no sentence pair"):
+        collect_pairs(resolve_corpora([str(tmp_path / "n")]), ["de"], ["es"])
+    with pytest.raises(FileNotFoundError):
+        resolve_corpora([str(tmp_path / "missing.de-en")])
+
+
+def test_pairing_filters_and_alignment(tmp_path, small_tokenizer):
+    import gzip
+
+    tokenizer, _ = small_tokenizer
+
+    def cip(line, shift):
+        return " ".join(cipher(w, shift) for w in line.split())
+
+    # a gzip bitext: row 1/2 have an empty side, row 3 is too long, row 4 has a length ratio of 4.5 or more
+    de = ["dog sees cat", "", "big tree", "man " * 40, "a", "the red car"]
+    en = ["dog sees cat", "big book", "", "man", "man woman child dog cat house car tree", "red car"]
+    de = [cip(line, 1) for line in de]
+    for lang, lines in (("de", de), ("en", en)):
+        (tmp_path / "bi").mkdir(exist_ok=True)
+        with gzip.open(tmp_path / "bi" / f"news.de-en.{lang}.gz", "wt", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+    # a multi-parallel folder: empty lines are missing translations
+    mp = {"en": ["man dog", "", "cat tree"], "fr": ["man dog", "old car", "cat tree"],
+          "es": ["man dog", "old car", ""]}
+    mp["fr"] = [cip(line, 1) for line in mp["fr"]]  # (the tokenizer knows English words and this cipher)
+    mp["es"] = [" ".join(line.split()[::-1]) for line in mp["es"]]
+    for lang, lines in mp.items():
+        write(tmp_path / "mp" / f"{lang}.txt", lines)
+    cfg = {"corpora": [str(tmp_path / "bi"), str(tmp_path / "mp")], "source_languages": "all",
+           "target_languages": ["en", "es"], "max_length": 30, "max_length_ratio": 3.0,
+           "cache_dir": str(tmp_path / "cache")}
+    data = prepare_training_data(cfg, tokenizer, log=lambda _: None)
+    bi, multi = data.stats["corpora"]
+    assert bi["skipped"] == {"empty": 2, "too_long": 1, "length_ratio": 1} and bi["pairs"] == 2
+    # multi-parallel: en->es, fr->en, fr->es, es->en (never en->en or es->es); 6 of 12 combinations are missing
+    assert multi["pairs"] == 6 and multi["missing"] == 6 and multi["skipped"] == dict.fromkeys(bi["skipped"], 0)
+    assert sorted(data.directions) == [("de", "en"), ("en", "es"), ("es", "en"), ("fr", "en"), ("fr", "es")]
+    # every kept pair is still aligned: decode both sides and find the pair in the source files
+    allowed = {("de", "en"): set(zip(de, en))}
+    for s_lang, t_lang in data.directions[1:]:
+        allowed[(s_lang, t_lang)] = set(zip(mp[s_lang], mp[t_lang]))
+
+    def text(seg):
+        return tokenizer.convert_tokens_to_string(tokenizer.convert_ids_to_tokens(data.tokens.get(seg)[:-1].tolist()))
+
+    seen = set()
+    for s_seg, t_seg, d in zip(data.src, data.tgt, data.direction):
+        pair = data.directions[d]
+        assert (text(s_seg), text(t_seg)) in allowed[pair]
+        seen.add((pair, text(s_seg)))
+    assert len(seen) == len(data) == 8
+    # the second call is served from the cache
+    again = prepare_training_data(cfg, tokenizer, log=lambda m: pytest.fail(f"rebuilt: {m}"))
+    assert again.path == data.path and np.array_equal(again.src, data.src)
+
+
+def test_unknown_language_code_warns_and_uses_the_defaults(tmp_path, small_tokenizer):
+    tokenizer, _ = small_tokenizer
+    write(tmp_path / "u" / "news.qqq-en.qqq", ["qnem qgob"])
+    write(tmp_path / "u" / "news.qqq-en.en", ["man dog"])
+    cfg = {"corpora": [str(tmp_path / "u")], "source_languages": ["qqq"], "target_languages": ["en"],
+           "max_length": 20, "cache_dir": str(tmp_path / "cache")}
+    from hf_laser import preprocessing
+
+    preprocessing._warned_codes.discard("qqq")
+    with pytest.warns(UserWarning, match="unknown language code 'qqq'.*Moses defaults"):
+        data = prepare_training_data(cfg, tokenizer, log=lambda _: None)
+    assert len(data) == 1
+    assert list(data.tokens.get(int(data.src[0]))) == tokenizer.encode_lines(["qnem qgob"], lang="en")[0]
+
+
+def test_datasets_translation_column(tmp_path, small_tokenizer):
+    import datasets
+
+    tokenizer, _ = small_tokenizer
+    rows = [{"de": "der hund", "en": "the dog"}, {"de": "die katze", "en": "the cat", "es": "el gato"},
+            {"de": "", "en": "empty source"}]
+    datasets.Dataset.from_dict({"translation": rows}).save_to_disk(str(tmp_path / "ds"))
+    cfg = {"corpora": [{"dataset": str(tmp_path / "ds")}], "source_languages": ["de", "es"],
+           "target_languages": ["en", "es"], "max_length": 20, "cache_dir": str(tmp_path / "cache")}
+    data = prepare_training_data(cfg, tokenizer, log=lambda _: None)
+    # de->en ×2, de->es ×1, es->en ×1; the empty German line is skipped and counted
+    assert sorted(data.stats["pairs_per_direction"].items()) == [("de-en", 2), ("de-es", 1), ("es-en", 1)]
+    assert data.stats["skipped"]["empty"] == 1
+
+
+def test_batch_schedule_token_budget_directions_and_determinism(tmp_path, small_tokenizer):
+    tokenizer, _ = small_tokenizer
+    rng = np.random.default_rng(0)
+    n = 600
+    en = [" ".join(rng.choice(WORDS, size=rng.integers(1, 12))) for _ in range(n)]
+    write(tmp_path / "big" / "en.txt", en)
+    write(tmp_path / "big" / "xx.txt", [" ".join(cipher(w, 1) for w in s.split()) for s in en])
+    write(tmp_path / "small" / "en.txt", en[:60])
+    write(tmp_path / "small" / "yy.txt", [" ".join(cipher(w, 2) for w in s.split()) for s in en[:60]])
+    cfg = {"corpora": [str(tmp_path / "big"), str(tmp_path / "small")], "source_languages": ["xx", "yy"],
+           "target_languages": ["en"], "max_length": 30, "cache_dir": str(tmp_path / "cache")}
+    data = prepare_training_data(cfg, tokenizer, log=lambda _: None)
+    schedule = BatchSchedule(data, max_tokens=120, seed=4)
+    batches = schedule.epoch(0)
+    # each pair exactly once per epoch, one direction per batch, padded size within the budget on both sides
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(data)))
+    for b in batches:
+        assert len(set(data.direction[b].tolist())) == 1
+        assert len(b) * max(data.src_lengths[b].max(), data.tgt_lengths[b].max()) <= 120
+    # batches are length-bucketed: far less padding than random batches of the same sizes
+    pad = sum(len(b) * data.src_lengths[b].max() - data.src_lengths[b].sum() for b in batches)
+    perm = np.random.default_rng(1).permutation(len(data))
+    random_batches = np.split(perm, np.cumsum([len(b) for b in batches])[:-1])
+    random_pad = sum(len(b) * data.src_lengths[b].max() - data.src_lengths[b].sum() for b in random_batches)
+    assert pad < random_pad / 3
+    # "alternate": the small direction's batches are spread over the epoch, not left to its end
+    small = data.directions.index(("yy", "en"))
+    positions = [i for i, b in enumerate(batches) if data.direction[b[0]] == small]
+    assert positions[-1] < len(batches) // 2
+    # a pure function of (seed, epoch); epochs differ
+    again = BatchSchedule(data, max_tokens=120, seed=4).epoch(0)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again)) and len(again) == len(batches)
+    assert any(not np.array_equal(a, b) for a, b in zip(batches, schedule.epoch(1)))
+    # shards: disjoint, same size on every process
+    shards = [schedule.shard(0, r, 3, multiple=2) for r in range(3)]
+    assert len({len(s) for s in shards}) == 1 and len(shards[0]) % 2 == 0
+    # temperature sampling gives the small direction more batches than its natural share
+    hot = BatchSchedule(data, max_tokens=120, seed=4, sampling="temperature", temperature=5.0).epoch(0)
+    share = np.mean([data.direction[b[0]] == small for b in hot])
+    assert share > 2 * len(positions) / len(batches)
+    # collation: right padding, -100 in the labels, target language ids
+    batch = PairBatches(data, ["en"])[batches[0]]
+    lengths = data.src_lengths[batches[0]]
+    assert batch["attention_mask"].sum(1).tolist() == lengths.tolist()
+    assert (batch["input_ids"][batch["attention_mask"] == 0] == 1).all()
+    assert (batch["labels"] != -100).sum(1).tolist() == data.tgt_lengths[batches[0]].tolist()
+    assert batch["target_lang_ids"].tolist() == [0] * len(batches[0])
+
+
+# ---------------------------------------------------------------------------------------------- train.py
+def test_training_learns_the_cipher(cipher_run):
+    out, log = cipher_run
+    rows = metrics(out)
+    untrained, last = rows[0], rows[-1]
+    assert untrained["step"] == 0 and last["step"] == 700
+    # English and its word-for-word cipher: retrieval error from ~98% to far below
+    assert untrained["valid_error_en"] > 90
+    assert last["valid_error_en"] < 20, [(r["step"], r.get("valid_error_en")) for r in rows if "valid_error" in r]
+    assert last["valid_error"] < untrained["valid_error"] / 2
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 1.0
+    # the exported model: encoder + tokenizer + card, loadable by AutoModel and LaserEncoder
+    final = out / "final"
+    assert {"config.json", "model.safetensors", "vocab.json", "bpe.fcodes", "README.md"} <= {
+        p.name for p in final.iterdir()}
+    assert type(AutoModel.from_pretrained(final)) is LaserModel
+    from hf_laser import LaserEncoder
+
+    enc = LaserEncoder.from_pretrained(final)
+    sentence = "man sees dog"
+    emb = enc.encode([sentence, " ".join(cipher(w, 1) for w in sentence.split()), "city book"],
+                     lang=["en", "xx", "en"], normalize_embeddings=True)
+    assert emb @ emb[0] @ np.array([0, 1, -1]) > 0  # the cipher of a sentence is nearer than another sentence
+    card = (final / "README.md").read_text()
+    assert "Sentence pairs: 8,000" in card and "best validation error" in card
+
+
+def test_kill_and_resume_matches_uninterrupted_run(cipher_setup, cipher_run, tmp_path):
+    _, config = cipher_setup
+    reference, _ = cipher_run
+    out = tmp_path / "killed"
+    proc, log_path = run_train(config, out, wait=False)
+    marker = out / "checkpoints" / "step-00000200" / "COMPLETE"
+    deadline = time.time() + 300
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, log_path.read_text()[-3000:]
+    assert marker.exists() and not (out / "final").exists()  # killed mid-run, after the step-200 checkpoint
+    resumed = run_train(config, out, "--resume")
+    assert "resumed from" in resumed
+    for name in ("step-00000700", "step-00000600"):
+        a = load_file(reference / "checkpoints" / name / "model.safetensors")
+        b = load_file(out / "checkpoints" / name / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    key = ("step", "loss", "valid_error", "valid_loss")
+    assert [[r.get(k) for k in key] for r in metrics(out)] == [[r.get(k) for k in key] for r in metrics(reference)]
+    # running again without --resume refuses to overwrite
+    proc, log_path = run_train(config, out, wait=False)
+    assert proc.wait(timeout=300) != 0 and "pass --resume" in log_path.read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_stay_synchronised(cipher_setup, tmp_path):
+    """`accelerate launch --multi_gpu --num_processes 2` on CPU (gloo); accelerate's `--cpu` launcher would start a
+    single process."""
+    _, config = cipher_setup
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                  "--main_process_port", str(free_port())]
+    out = tmp_path / "ddp"
+    # with gradient accumulation: the first micro-batch of each step runs under no_sync, the second all-reduces
+    log = run_train(config, out, "--set", "training.max_steps=3", "--set", "training.check_sync_every=1",
+                    "--set", "training.eval_every=0", "--set", "training.gradient_accumulation_steps=2",
+                    launcher=accelerate)
+    assert "2 process(es)" in log
+    rows = [r for r in metrics(out) if "param_sync_max_diff" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert len(r["loss_per_process"]) == 2
+        assert r["loss_per_process"][0] != r["loss_per_process"][1]  # different batches on the two processes...
+        assert r["param_sync_max_diff"] == 0.0  # ...and identical parameters after every update
+
+
+def test_real_data_smoke_run(tmp_path):
+    require_shared(PARALLEL / "train" / "ntrex128", PARALLEL / "train" / "multi30k",
+                   PARALLEL / "valid" / "flores200-devtest")
+    cfg = {
+        "data": {"corpora": [{"path": "../shared/data/parallel/train/ntrex128", "languages": ["de", "en", "es"]},
+                             {"path": "../shared/data/parallel/train/multi30k", "languages": ["de", "en"]}],
+                 "source_languages": ["de", "es", "en"], "target_languages": ["en", "es"], "max_length": 200,
+                 "cache_dir": str(tmp_path / "cache")},
+        "tokenizer": {"bpe_merges": 500, "bpe_max_lines": 3000},
+        "model": {"embed_dim": 16, "hidden_size": 16, "num_layers": 1, "decoder_embed_dim": 16,
+                  "decoder_hidden_size": 32},
+        "batching": {"max_tokens": 2000, "num_workers": 0},
+        "training": {"max_steps": 3, "log_every": 1, "eval_every": 3, "save_every": 3, "report_to": "tensorboard"},
+        "validation": {"path": "../shared/data/parallel/valid/flores200-devtest", "max_sentences": 40},
+    }
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    run_train(config, tmp_path / "out")
+    out = tmp_path / "out"
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3] and all(np.isfinite(r["loss"]) for r in rows[1:])
+    assert {"valid_error_de", "valid_error_es", "valid_error_en", "valid_loss"} <= set(rows[-1])
+    stats = json.loads((out / "data_stats.json").read_text())
+    assert set(stats["pairs_per_direction"]) == {"de-en", "de-es", "es-en", "en-es"}
+    # every line is accounted for: kept, skipped (and counted) or missing
+    ntrex = [c for c in stats["corpora"] if c["kind"] == "multiparallel"]
+    bitexts = [c for c in stats["corpora"] if c["kind"] == "bitext"]
+    assert len(ntrex) == 1 and len(bitexts) == 4  # Multi30k: 4 de-en test sets
+    assert ntrex[0]["pairs"] + sum(ntrex[0]["skipped"].values()) + ntrex[0]["missing"] == 1997 * 4
+    assert sum(c["pairs"] + sum(c["skipped"].values()) for c in bitexts) == 3532
+    assert sum(c["pairs"] for c in bitexts) > 3000 and ntrex[0]["pairs"] > 4 * 1500
+    assert any((out / "logs").rglob("events.out.tfevents*"))
+    from hf_laser import LaserEncoder
+
+    emb = LaserEncoder.from_pretrained(out / "final").encode(["Guten Tag!", "Good morning!"], lang=["de", "en"])
+    assert emb.shape == (2, 32) and np.isfinite(emb).all()

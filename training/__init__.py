@@ -1,0 +1,1 @@
+"""Training LASER encoders from parallel corpora with Accelerate (`accelerate launch training/train.py`)."""

@@ -1,0 +1,559 @@
+"""Trains a LASER encoder (BiLSTM + the paper's auxiliary LSTM decoder) on parallel corpora with Accelerate.
+
+    accelerate launch [--cpu] training/train.py --config CONFIG.yaml --output-dir OUT [--resume] [--set KEY=VALUE ...]
+
+OUT receives `config.yaml` (the resolved config), `tokenizer/`, `data_stats.json`, `metrics.jsonl` (one JSON object
+per logged step: `step`, `loss`, `lr`, throughput, and the validation figures when computed), tracker logs under
+`logs/`, `checkpoints/step-*/` (`accelerator.save_state`), `best/` (encoder + tokenizer with the lowest validation
+error so far) and, at the end, `final/`: a `LaserModel` directory (config, weights, tokenizer, model card) that
+`AutoModel` / `LaserEncoder.from_pretrained` load. `--resume` continues from the last complete checkpoint with the
+same data order (the batches of an epoch are a function of the seed and the epoch; RNG states are restored), so a
+killed run that is resumed ends where an uninterrupted one does. Configs: `training/configs/*.yaml`; every key and
+its default is in `DEFAULTS` below. `--set training.max_steps=100` overrides one key (value parsed as YAML).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `training` (and, if not installed, `hf_laser`) importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "src"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from accelerate import Accelerator  # noqa: E402
+from accelerate.utils import ProjectConfiguration, set_seed  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+from transformers import get_scheduler  # noqa: E402
+
+from hf_laser.configuration_laser import LaserConfig  # noqa: E402
+from hf_laser.encoder import plan_batches  # noqa: E402
+from hf_laser.model_card import write_model_card  # noqa: E402
+from hf_laser.modeling_laser import LaserForPreTraining  # noqa: E402
+from hf_laser.tokenization_laser import LaserTokenizer  # noqa: E402
+from training.data import (  # noqa: E402
+    BatchSchedule,
+    ListSampler,
+    PairBatches,
+    _atomic_publish,
+    _cache_key,
+    default_cache_dir,
+    prepare_training_data,
+    prepare_valid_data,
+    resolve_corpora,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+DEFAULTS = {
+    "seed": 1,
+    "data": {
+        "corpora": None,                 # list of corpus entries (see training/data.py)
+        "source_languages": "all",       # list, or "all" languages found in the corpora
+        "target_languages": ["en", "es"],  # decoder languages (the paper's); their order gives the language ids
+        "max_length": 250,               # tokens per side, </s> included; longer pairs are skipped
+        "max_length_ratio": 4.0,         # longer/shorter side above this: skipped as misaligned (null: off)
+        "num_proc": 1,                   # processes for tokenization (datasets.map)
+        "cache_dir": None,               # default: $XDG_CACHE_HOME/hf_laser/training
+    },
+    "tokenizer": {
+        "path": None,                    # an existing LaserTokenizer directory; otherwise BPE is learned:
+        "bpe_merges": 50000,
+        "bpe_alpha": 0.5,                # language balancing exponent of the BPE sample
+        "bpe_max_lines": None,           # size of the BPE sample (default: all lines)
+    },
+    "model": {                           # LaserConfig arguments (vocab_size/target_languages come from the data)
+        "embed_dim": 320, "hidden_size": 512, "num_layers": 5, "dropout": 0.1,
+        "decoder_embed_dim": 320, "decoder_hidden_size": 2048, "decoder_num_layers": 1, "lang_embed_dim": 32,
+        "init_range": 0.1,
+    },
+    "batching": {
+        "max_tokens": 8000,              # per process and micro-batch, padded, on each side
+        "max_sentences": None,
+        "sampling": "alternate",         # "alternate" (paper) or "temperature"
+        "temperature": 5.0,
+        "num_workers": 1,                # DataLoader workers (collation only)
+    },
+    "training": {
+        "max_steps": None,               # optimizer updates; with num_epochs, whichever comes first
+        "num_epochs": None,
+        "learning_rate": 1.0e-3,
+        "lr_scheduler": "constant",      # any transformers scheduler name: constant, linear, cosine, inverse_sqrt ...
+        "warmup_steps": 0,
+        "adam_betas": [0.9, 0.98],
+        "adam_eps": 1.0e-8,
+        "weight_decay": 0.0,
+        "max_grad_norm": 5.0,            # null: no clipping
+        "gradient_accumulation_steps": 1,
+        "label_smoothing": 0.0,
+        "mixed_precision": None,         # "no" | "fp16" | "bf16"; null: accelerate launch's setting
+        "log_every": 100,
+        "eval_every": 1000,              # also at step 0 (untrained) and at the end; 0: never
+        "save_every": 1000,
+        "keep_checkpoints": 2,
+        "final_model": "best",           # OUT/final = the best validated encoder ("best") or the last one ("last")
+        "report_to": "tensorboard",      # Accelerate tracker(s); null: none
+        "check_sync_every": 0,           # compare parameters across processes every N steps (0: off)
+    },
+    "validation": {
+        "path": "../shared/data/parallel/valid/flores200-devtest",  # multi-parallel folder; null: no validation
+        "languages": None,               # default: the source languages (and targets) the folder has
+        "max_sentences": None,           # first N lines (default all)
+        "max_tokens": 12000,
+        "decoder_loss": True,
+    },
+}
+
+
+# ---------------------------------------------------------------------------------------------- config
+def _merge(defaults: dict, given: dict, where: str = "") -> dict:
+    out = copy.deepcopy(defaults)
+    for key, value in (given or {}).items():
+        if key not in defaults:
+            raise ValueError(f"unknown config key {where}{key!r} (known: {', '.join(defaults)})")
+        out[key] = _merge(defaults[key], value, f"{where}{key}.") if isinstance(defaults[key], dict) else value
+    return out
+
+
+def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
+    """The YAML config merged over `DEFAULTS` (unknown keys are errors), with `KEY.SUB=VALUE` overrides."""
+    given = yaml.safe_load(Path(path).read_text()) or {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        node = given
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = yaml.safe_load(value)
+    cfg = _merge(DEFAULTS, given)
+    if not cfg["data"]["corpora"]:
+        raise ValueError("data.corpora is empty: list at least one corpus")
+    tr = cfg["training"]
+    if not tr["max_steps"] and not tr["num_epochs"]:
+        raise ValueError("set training.max_steps or training.num_epochs")
+    if tr["final_model"] not in ("best", "last"):
+        raise ValueError(f"training.final_model must be 'best' or 'last', got {tr['final_model']!r}")
+    if cfg["data"]["max_length"] > cfg["batching"]["max_tokens"]:
+        raise ValueError("data.max_length must not exceed batching.max_tokens")
+    return cfg
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in cfg.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value if isinstance(value, (int, float, str, bool)) else str(value)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- state
+class TrainState:
+    """Loop position and best validation result; saved with every checkpoint."""
+
+    def __init__(self):
+        self.step, self.epoch, self.epoch_step = 0, 0, 0
+        self.best_error, self.best_step = math.inf, -1
+
+    def state_dict(self) -> dict:
+        return dict(vars(self))
+
+    def load_state_dict(self, state: dict):
+        vars(self).update(state)
+
+
+def checkpoints(out: Path) -> list[Path]:
+    """Complete checkpoints (`COMPLETE` marker written after `save_state`), oldest first."""
+    found = [p for p in (out / "checkpoints").glob("step-*") if (p / "COMPLETE").is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+# ---------------------------------------------------------------------------------------------- tokenizer
+def get_tokenizer(cfg: dict, out: Path, log) -> LaserTokenizer:
+    """`OUT/tokenizer` if present (resume), else the configured one, else a BPE learned (and cached) on the data."""
+    target = out / "tokenizer"
+    if (target / "vocab.json").is_file():
+        return LaserTokenizer.from_pretrained(str(target))
+    tok_cfg = cfg["tokenizer"]
+    if tok_cfg["path"]:
+        tokenizer = LaserTokenizer.from_pretrained(str(REPO / tok_cfg["path"]))
+    else:
+        from training.learn_bpe import learn_bpe, training_text
+
+        data = cfg["data"]
+        key = _cache_key({"bpe": [c.fingerprint() for c in resolve_corpora(data["corpora"], REPO)],
+                          "sources": data["source_languages"], "targets": data["target_languages"],
+                          "merges": tok_cfg["bpe_merges"], "alpha": tok_cfg["bpe_alpha"],
+                          "max_lines": tok_cfg["bpe_max_lines"], "seed": cfg["seed"]})
+        cache_root = Path(data["cache_dir"] or default_cache_dir())
+        cached = cache_root / f"bpe-{key}"
+        if not (cached / "meta.json").is_file():
+            cache_root.mkdir(parents=True, exist_ok=True)
+            tmp = cache_root / f".bpe-{key}-{os.getpid()}"
+            learn_bpe(training_text(data, REPO), tmp, merges=tok_cfg["bpe_merges"], alpha=tok_cfg["bpe_alpha"],
+                      max_lines=tok_cfg["bpe_max_lines"], seed=cfg["seed"], num_proc=data["num_proc"], log=log)
+            (tmp / "meta.json").write_text(json.dumps({"merges": tok_cfg["bpe_merges"]}))
+            _atomic_publish(tmp, cached)
+        else:
+            log(f"BPE: reusing {cached}")
+        tokenizer = LaserTokenizer.from_pretrained(str(cached))
+    tokenizer.save_pretrained(str(target))
+    if (Path(tokenizer.name_or_path) / "bpe_stats.json").is_file():
+        shutil.copy(Path(tokenizer.name_or_path) / "bpe_stats.json", target / "bpe_stats.json")
+    return tokenizer
+
+
+# ---------------------------------------------------------------------------------------------- validation
+def similarity_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Fraction of rows of `a` whose nearest row of `b` (cosine) is not the aligned one; `a`, `b`: `(n, dim)`."""
+    a = torch.nn.functional.normalize(a.float(), dim=-1)
+    b = torch.nn.functional.normalize(b.float(), dim=-1)
+    nearest = (a @ b.T).argmax(dim=1)
+    return float((nearest != torch.arange(len(a), device=a.device)).float().mean())
+
+
+@torch.no_grad()
+def validate(model: LaserForPreTraining, valid, target_languages: list[str], accelerator, vcfg: dict) -> dict:
+    """Similarity-search error (both directions, each language against each target language) and decoder loss."""
+    was_training = model.training
+    model.eval()
+    device, tokens = accelerator.device, valid.tokens
+    emb = {}
+    for lang, rows in valid.rows.items():
+        out = torch.empty(len(rows), model.config.embedding_dim, device=device)
+        for batch in plan_batches(tokens.lengths[rows], vcfg["max_tokens"]):
+            ids = torch.from_numpy(np.stack([tokens.get(r) for r in rows[batch]]).astype(np.int64)).to(device)
+            with accelerator.autocast():
+                out[torch.from_numpy(batch).to(device)] = model.laser(ids).pooler_output.float()
+        emb[lang] = out
+    targets = [t for t in target_languages if t in valid.rows]
+    result, per_lang = {}, {}
+    for lang in valid.rows:
+        errs = [(similarity_error(emb[lang], emb[t]) + similarity_error(emb[t], emb[lang])) / 2
+                for t in targets if t != lang]
+        if errs:
+            per_lang[lang] = 100 * sum(errs) / len(errs)
+    if per_lang:
+        result["valid_error"] = sum(per_lang.values()) / len(per_lang)
+        result.update({f"valid_error_{lang}": e for lang, e in per_lang.items()})
+    if vcfg["decoder_loss"] and targets:
+        loss_sum, n_tok = 0.0, 0
+        for lang, rows in valid.rows.items():
+            for t in targets:
+                if t == lang:
+                    continue
+                tgt_rows = valid.rows[t]
+                lengths = np.maximum(tokens.lengths[rows], tokens.lengths[tgt_rows])
+                for batch in plan_batches(lengths, vcfg["max_tokens"]):
+                    src = [tokens.get(r) for r in rows[batch]]
+                    tgt = [tokens.get(r) for r in tgt_rows[batch]]
+                    ids = _pad(src, model.config.pad_token_id).to(device)
+                    labels = _pad(tgt, -100).to(device)
+                    lang_ids = torch.full((len(batch),), target_languages.index(t), device=device)
+                    with accelerator.autocast():
+                        out = model(input_ids=ids, attention_mask=ids.ne(model.config.pad_token_id),
+                                    labels=labels, target_lang_ids=lang_ids)
+                    n = int(labels.ne(-100).sum())
+                    loss_sum += float(out.loss) * n
+                    n_tok += n
+        result["valid_loss"] = loss_sum / max(n_tok, 1)
+    model.train(was_training)
+    return result
+
+
+def _pad(seqs, value: int) -> torch.Tensor:
+    out = torch.full((len(seqs), max(map(len, seqs))), value, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, :len(s)] = torch.from_numpy(np.asarray(s, dtype=np.int64))
+    return out
+
+
+def param_fingerprint(model: torch.nn.Module) -> torch.Tensor:
+    """Two float64 numbers per parameter (sum and a position-weighted sum) to compare replicas cheaply."""
+    parts = []
+    for p in model.parameters():
+        flat = p.detach().double().flatten()
+        weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64).remainder_(97)
+        parts.append(torch.stack([flat.sum(), (flat * weights).sum()]))
+    return torch.cat(parts)
+
+
+# ---------------------------------------------------------------------------------------------- export
+def training_summary(cfg: dict, data, state: TrainState, exported: str) -> str:
+    stats = data.stats
+    directions = ", ".join(f"{k} {v:,}" for k, v in stats["pairs_per_direction"].items())
+    corpora = "\n".join(f"- `{c}`" for c in dict.fromkeys(
+        e if isinstance(e, str) else e.get("path", e.get("dataset")) for e in cfg["data"]["corpora"]))
+    tr, m, b = cfg["training"], cfg["model"], cfg["batching"]
+    return (
+        f"Trained with `hf_laser`'s `training/train.py` (LASER recipe: BiLSTM encoder + LSTM decoder into "
+        f"{', '.join(cfg['data']['target_languages'])}, decoder discarded).\n\n"
+        f"Corpora:\n{corpora}\n\n"
+        f"Sentence pairs: {stats['pairs']:,} ({directions}); skipped: "
+        f"{', '.join(f'{k} {v:,}' for k, v in stats['skipped'].items())}; missing (multi-parallel): "
+        f"{stats['missing']:,}.\n\n"
+        f"Settings: encoder {m['num_layers']}×{m['hidden_size']} BiLSTM, embeddings {m['embed_dim']}; decoder "
+        f"{m['decoder_num_layers']}×{m['decoder_hidden_size']} LSTM; Adam lr {tr['learning_rate']} "
+        f"({tr['lr_scheduler']}), {b['max_tokens']} tokens per process and micro-batch, "
+        f"{tr['gradient_accumulation_steps']} accumulation step(s), sampling {b['sampling']}, dropout {m['dropout']}, "
+        f"{state.step} updates ({state.epoch} full epochs). Exported encoder: {exported}."
+    )
+
+
+def export_final(accelerator, model, tokenizer, cfg, data, state, out: Path, last_valid: dict | None, log):
+    final = out / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    if cfg["training"]["final_model"] == "best" and (out / "best" / "config.json").is_file():
+        shutil.copytree(out / "best", final)
+        exported = f"best validation error {state.best_error:.2f}% at step {state.best_step}"
+    else:
+        accelerator.unwrap_model(model).save_encoder(str(final))
+        tokenizer.save_pretrained(str(final))
+        exported = f"last step ({state.step})"
+    evaluation = None
+    if last_valid:
+        lines = [f"| {k.removeprefix('valid_error_')} | {v:.2f} |" for k, v in last_valid.items()
+                 if k.startswith("valid_error_")]
+        evaluation = (f"Similarity-search error (%) on `{cfg['validation']['path']}` at the last validation "
+                      f"(step {state.step}), both directions against the target languages:\n\n"
+                      "| language | error |\n|---|---|\n" + "\n".join(lines))
+    write_model_card(final, model_name=f"LASER encoder {out.resolve().name}",
+                     training=training_summary(cfg, data, state, exported), evaluation=evaluation,
+                     tokenizer="Moses + fastBPE (LASER1), BPE learned on the training data")
+    log(f"exported {exported} to {final}")
+
+
+# ---------------------------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    args = parser.parse_args(argv)
+    cfg = load_config(args.config, args.set)
+    out = Path(args.output_dir)
+    tr, bcfg, vcfg = cfg["training"], cfg["batching"], cfg["validation"]
+
+    accelerator = Accelerator(
+        # Without an accelerator device, `cpu=True` makes processes started by torchrun / `accelerate launch
+        # --multi_gpu` form a gloo (MULTI_CPU) group instead of running as unrelated single processes.
+        cpu=not torch.accelerator.is_available(),
+        mixed_precision=tr["mixed_precision"], log_with=tr["report_to"] or None,
+        project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / "logs")),
+    )
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != accelerator.num_processes:
+        raise SystemExit(f"{launched} processes were launched but Accelerate sees {accelerator.num_processes}")
+    is_main = accelerator.is_main_process
+
+    def log(msg: str):
+        if accelerator.is_local_main_process:
+            tqdm.write(f"[laser-train] {msg}", file=sys.stderr)
+
+    found = checkpoints(out)
+    if found and not args.resume:
+        raise SystemExit(f"{out} already has checkpoints ({found[-1].name}); pass --resume or use a new --output-dir")
+    saved_cfg = out / "config.yaml"
+    if args.resume and saved_cfg.is_file():
+        previous = yaml.safe_load(saved_cfg.read_text())
+        changed = sorted(k for k, v in _flat(cfg).items() if _flat(previous).get(k) != v)
+        if changed:
+            log(f"warning: config differs from the run being resumed in {changed}; the result will differ from an "
+                "uninterrupted run")
+    if is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        saved_cfg.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
+    set_seed(cfg["seed"])
+
+    with accelerator.main_process_first():
+        tokenizer = get_tokenizer(cfg, out, log)
+    targets = list(cfg["data"]["target_languages"])
+    with accelerator.local_main_process_first():
+        data = prepare_training_data(cfg["data"], tokenizer, base_dir=REPO, log=log)
+        valid = None
+        if vcfg["path"]:
+            langs = vcfg["languages"] or sorted({s for s, _ in data.directions} | set(targets))
+            valid = prepare_valid_data(vcfg, langs, tokenizer, cache_dir=cfg["data"]["cache_dir"], base_dir=REPO,
+                                       num_proc=cfg["data"]["num_proc"], log=log)
+    if is_main:
+        (out / "data_stats.json").write_text(json.dumps(data.stats, indent=1, ensure_ascii=False))
+    log(f"{len(data):,} training pairs in {len(data.directions)} directions; skipped {data.stats['skipped']}; "
+        f"validation languages: {sorted(valid.rows) if valid else None}")
+
+    vocab = tokenizer.get_vocab()
+    model_config = LaserConfig(
+        vocab_size=len(vocab), target_languages=targets, pad_token_id=vocab["<pad>"], bos_token_id=vocab["<s>"],
+        eos_token_id=vocab["</s>"], unk_token_id=vocab["<unk>"], label_smoothing=tr["label_smoothing"],
+        **cfg["model"],
+    )
+    model = LaserForPreTraining(model_config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=tr["learning_rate"], betas=tuple(tr["adam_betas"]),
+                                 eps=tr["adam_eps"], weight_decay=tr["weight_decay"])
+    world, rank, accum = accelerator.num_processes, accelerator.process_index, tr["gradient_accumulation_steps"]
+    schedule = BatchSchedule(data, bcfg["max_tokens"], max_sentences=bcfg["max_sentences"],
+                             sampling=bcfg["sampling"], temperature=bcfg["temperature"], seed=cfg["seed"])
+    if schedule.steps_in_epoch(0, world, accum) == 0:
+        raise ValueError(f"an epoch has fewer batches ({len(schedule.epoch(0))}) than processes × accumulation "
+                         f"steps ({world} × {accum}); lower batching.max_tokens or add data")
+    max_steps = tr["max_steps"] or math.inf
+    if tr["num_epochs"]:
+        max_steps = min(max_steps, sum(schedule.steps_in_epoch(e, world, accum) for e in range(tr["num_epochs"])))
+    scheduler = get_scheduler(tr["lr_scheduler"], optimizer, num_warmup_steps=tr["warmup_steps"],
+                              num_training_steps=max_steps)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    state = TrainState()
+    accelerator.register_for_checkpointing(scheduler, state)
+    metrics_path = out / "metrics.jsonl"
+    if args.resume and found:
+        accelerator.load_state(str(found[-1]))
+        log(f"resumed from {found[-1]} (step {state.step}, epoch {state.epoch})")
+        if is_main and metrics_path.is_file():  # drop what the interrupted run logged after this checkpoint
+            rows = [r for r in metrics_path.read_text().splitlines() if r and json.loads(r)["step"] <= state.step]
+            metrics_path.write_text("".join(r + "\n" for r in rows))
+    elif is_main:
+        metrics_path.unlink(missing_ok=True)
+    accelerator.init_trackers("laser", config=_flat(cfg))
+    log(f"{world} process(es), {schedule.steps_in_epoch(0, world, accum)} steps per epoch, training to step "
+        f"{max_steps}; {sum(p.numel() for p in model.parameters()):,} parameters")
+
+    def record(row: dict):
+        accelerator.log(row, step=row["step"])
+        if is_main:
+            with metrics_path.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    unwrapped = accelerator.unwrap_model(model)
+    last_valid: dict | None = None
+
+    def run_validation():
+        nonlocal last_valid
+        if valid is None:
+            return {}
+        if is_main:
+            last_valid = validate(unwrapped, valid, targets, accelerator, vcfg)
+            # step 0 (the untrained model) is a baseline, never exported as the best encoder
+            if state.step > 0 and last_valid.get("valid_error", math.inf) < state.best_error:
+                state.best_error, state.best_step = last_valid["valid_error"], state.step
+                tmp = out / ".best.tmp"
+                shutil.rmtree(tmp, ignore_errors=True)
+                unwrapped.save_encoder(str(tmp))
+                tokenizer.save_pretrained(str(tmp))
+                (tmp / "training_state.json").write_text(json.dumps({"step": state.step,
+                                                                     "valid_error": state.best_error}))
+                shutil.rmtree(out / "best", ignore_errors=True)
+                os.replace(tmp, out / "best")
+        accelerator.wait_for_everyone()
+        return last_valid or {}
+
+    if state.step == 0 and tr["eval_every"]:
+        row = {"step": 0, **run_validation()}
+        log(f"step 0 (untrained): {_fmt(row)}")
+        record(row)
+
+    model.train()
+    device = accelerator.device
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss * tokens, target tokens, source tokens
+    timer, progress = time.perf_counter(), tqdm(total=max_steps, initial=state.step, desc="training",
+                                                disable=not accelerator.is_local_main_process)
+    dataset = PairBatches(data, targets, pad_token_id=model_config.pad_token_id)
+    while state.step < max_steps:
+        batches = schedule.shard(state.epoch, rank, world, accum)
+        steps_per_epoch = len(batches) // accum
+        loader = torch.utils.data.DataLoader(
+            dataset, sampler=ListSampler(batches[state.epoch_step * accum:]), batch_size=None,
+            num_workers=bcfg["num_workers"], pin_memory=device.type == "cuda",
+            generator=torch.Generator().manual_seed(cfg["seed"]),  # keep the global RNG (dropout) untouched
+        )
+        micro = iter(loader)
+        while state.epoch_step < steps_per_epoch and state.step < max_steps:
+            for i in range(accum):
+                batch = {k: v.to(device, non_blocking=True) for k, v in next(micro).items()}
+                sync = contextlib.nullcontext() if i == accum - 1 else accelerator.no_sync(model)
+                with sync:
+                    loss = model(**batch).loss
+                    accelerator.backward(loss / accum)
+                n_tgt = batch["labels"].ne(-100).sum()
+                sums += torch.stack([loss.detach().double() * n_tgt, n_tgt.double(),
+                                     batch["attention_mask"].sum().double()])
+            if tr["max_grad_norm"]:
+                accelerator.clip_grad_norm_(model.parameters(), tr["max_grad_norm"])
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            state.step += 1
+            state.epoch_step += 1
+            progress.update(1)
+            done = state.step == max_steps
+            row = {}
+            if state.step % tr["log_every"] == 0 or done:
+                total = accelerator.reduce(sums, reduction="sum").tolist()
+                elapsed = time.perf_counter() - timer
+                row.update(loss=total[0] / max(total[1], 1), lr=scheduler.get_last_lr()[0],
+                           epoch=state.epoch + state.epoch_step / steps_per_epoch,
+                           tgt_tokens_per_s=total[1] / elapsed, src_tokens_per_s=total[2] / elapsed)
+                sums.zero_()
+                timer = time.perf_counter()
+                progress.set_postfix(loss=f"{row['loss']:.3f}")
+            if tr["check_sync_every"] and state.step % tr["check_sync_every"] == 0:
+                prints = accelerator.gather(param_fingerprint(model).unsqueeze(0))
+                row["param_sync_max_diff"] = float((prints - prints[0]).abs().max())
+                row["loss_per_process"] = accelerator.gather(loss.detach().float().reshape(1)).tolist()
+            if tr["eval_every"] and (state.step % tr["eval_every"] == 0 or done):
+                row.update(run_validation())
+                timer = time.perf_counter()
+            epoch_done = state.epoch_step == steps_per_epoch
+            if epoch_done:
+                state.epoch, state.epoch_step = state.epoch + 1, 0
+            if row:
+                row = {"step": state.step, **row}
+                if "valid_error" in row or "valid_loss" in row:
+                    log(f"step {state.step}: {_fmt(row)}")
+                record(row)
+            if state.step % tr["save_every"] == 0 or done:
+                save_checkpoint(accelerator, out, state.step, tr["keep_checkpoints"])
+                timer = time.perf_counter()
+            if epoch_done:
+                break
+        del micro, loader
+    progress.close()
+
+    accelerator.wait_for_everyone()
+    if is_main:
+        export_final(accelerator, model, tokenizer, cfg, data, state, out, last_valid, log)
+    accelerator.end_training()
+    return 0
+
+
+def _fmt(row: dict) -> str:
+    keys = [k for k in ("loss", "valid_error", "valid_loss") if k in row]
+    return ", ".join(f"{k} {row[k]:.3f}" for k in keys) or "-"
+
+
+def save_checkpoint(accelerator, out: Path, step: int, keep: int):
+    path = out / "checkpoints" / f"step-{step:08d}"
+    accelerator.save_state(str(path))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (path / "COMPLETE").write_text(str(step))
+        for old in checkpoints(out)[:-keep] if keep else []:
+            (old / "COMPLETE").unlink()  # first, so that a half-deleted checkpoint is never taken for a complete one
+            shutil.rmtree(old, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
