@@ -31,9 +31,11 @@ def test_plan_batches_budget_and_coverage():
     flat = np.concatenate(batches)
     assert sorted(flat.tolist()) == list(range(len(lengths)))
     for b in batches:
-        assert len({lengths[i] for i in b}) == 1  # one length per batch: no padding
+        assert lengths[b[0]] == max(lengths[i] for i in b)  # longest first: padded size = len(b) * lengths[b[0]]
         assert len(b) <= 16
         assert len(b) * lengths[b[0]] <= 300 or len(b) == 1
+    firsts = [lengths[b[0]] for b in batches]
+    assert firsts == sorted(firsts, reverse=True)
     assert [len(b) for b in batches if lengths[b[0]] == 5000] == [1]
     assert plan_batches([]) == []
     with pytest.raises(ValueError):
@@ -137,6 +139,10 @@ def test_cli_embed_stdin(tiny_dictionary_dir, tmp_path, monkeypatch, fra_lines):
                      "-o", str(tmp_path / "out.npy")]) == 0
     out = np.load(tmp_path / "out.npy")
     assert out.dtype == np.float16 and out.shape == (10, 96)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert cli_main(["embed", "--model", str(tiny_dictionary_dir), "--pretokenized", "-q", "--int8",
+                     "-o", str(tmp_path / "int8.npy")]) == 0
+    assert np.load(tmp_path / "int8.npy").shape == (10, 96)
     assert np.abs(out - reference_embeddings("tatoeba.fra-eng.fra")[:10]).max() < 1e-2
 
 
@@ -156,3 +162,13 @@ def test_many_empty_lines_and_duplicates_match_plain_path(encoder, fra_lines):
     mixed = [fra_lines[i % 7] if i % 3 else "" for i in range(60)]
     plain = np.concatenate([encoder.encode([line], pretokenized=True) for line in mixed])
     np.testing.assert_allclose(encoder.encode(mixed, pretokenized=True), plain, atol=1e-6, rtol=0)
+
+
+def test_int8_quantized_encoder_is_close(tiny_dictionary_dir, fra_lines):
+    q = LaserEncoder.from_pretrained(tiny_dictionary_dir, quantize="int8")
+    emb = q.encode(fra_lines, pretokenized=True)
+    ref = reference_embeddings("tatoeba.fra-eng.fra")
+    cos = np.sum(emb * ref, 1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(ref, axis=1))
+    assert cos.min() > 0.99
+    with pytest.raises(ValueError, match="int8"):
+        LaserEncoder.from_pretrained(tiny_dictionary_dir, quantize="int4")

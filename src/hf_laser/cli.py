@@ -35,6 +35,9 @@ def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fp16", action="store_true", help="store float16 instead of float32")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                        help="model dtype (float32: the original's numbers; the others trade fidelity for speed)")
+    parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation of the LSTM (CPU only)")
     parser.add_argument("--num-proc", type=int, default=1, help="processes for the text preprocessing")
     parser.add_argument("--overwrite", action="store_true",
                         help="start over instead of resuming an interrupted output")

@@ -14,7 +14,7 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from itertools import islice
+from itertools import chain, islice
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -32,11 +32,13 @@ PROGRESS_BAR_MIN_SENTENCES = 10_000
 
 def plan_batches(lengths: Sequence[int], max_tokens: int | None = DEFAULT_MAX_TOKENS,
                  batch_size: int | None = None) -> list[np.ndarray]:
-    """Groups sentence indices into batches of identical length, longest first.
+    """Groups sentence indices into batches of similar length, longest first, like the original `SentenceEncoder`.
 
-    Identical lengths mean no padding, so the LSTM runs as one fused kernel call (oneDNN on CPU, cuDNN on GPU)
-    instead of a packed sequence, with the same result. A batch holds at most `max_tokens` tokens (padded size)
-    and at most `batch_size` sentences; a sentence longer than `max_tokens` gets a batch of its own.
+    A batch holds at most `max_tokens` tokens *padded* (`sentences x longest`, so memory is bounded by the budget)
+    and at most `batch_size` sentences; a sentence longer than `max_tokens` gets a batch of its own. The model packs
+    each batch by its true lengths, so the batch composition does not change the embeddings. (Batches of exactly one
+    length, which let the LSTM run without packing, measured no faster on CPU: the encoder is compute-bound; see
+    `benchmarks/embed_throughput.py`.)
 
     Args:
         lengths: token count of each sentence (`</s>` included), shape `(n,)`.
@@ -51,20 +53,17 @@ def plan_batches(lengths: Sequence[int], max_tokens: int | None = DEFAULT_MAX_TO
     if batch_size is not None and batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.size == 0:
-        return []
     order = np.argsort(-lengths, kind="stable")
-    sorted_lengths = lengths[order]
-    boundaries = np.flatnonzero(np.diff(sorted_lengths)) + 1
-    batches = []
-    for group in np.split(order, boundaries):
-        length = int(lengths[group[0]])
-        n = len(group)
+    batches, start = [], 0
+    while start < len(order):
+        longest = int(lengths[order[start]])
+        n = len(order) - start
         if max_tokens is not None:
-            n = min(n, max(1, max_tokens // length))
+            n = min(n, max(1, max_tokens // longest))
         if batch_size is not None:
             n = min(n, batch_size)
-        batches.extend(group[i:i + n] for i in range(0, len(group), n))
+        batches.append(order[start:start + n])
+        start += n
     return batches
 
 
@@ -115,18 +114,25 @@ class LaserEncoder:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, device: str | torch.device | None = None,
-                        dtype: torch.dtype | None = None, **kwargs) -> LaserEncoder:
+                        dtype: torch.dtype | None = None, quantize: str | None = None, **kwargs) -> LaserEncoder:
         """Loads model and tokenizer from a directory written by `hf-laser convert` / `save_pretrained` (or a Hub id).
 
         Args:
             path: local directory or Hub repo id.
             device: where the model runs (default: CPU).
-            dtype: model dtype (`torch.float32` default; `torch.bfloat16`/`torch.float16` trade fidelity for speed
-                on GPU).
+            dtype: model dtype (`torch.float32` default; `torch.bfloat16`/`torch.float16` trade fidelity for speed).
+            quantize: `"int8"` applies dynamic int8 quantisation to the LSTM (CPU only; ~2x faster, embeddings no
+                longer within 1e-5 of the original: see README, "Embedding throughput").
         """
         model = LaserModel.from_pretrained(path, **kwargs)
         if dtype is not None:
             model = model.to(dtype)
+        if quantize is not None:
+            if quantize != "int8":
+                raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+            if device is not None and torch.device(device).type != "cpu":
+                raise ValueError("int8 dynamic quantisation runs on CPU only")
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM}, dtype=torch.qint8)
         if device is not None:
             model = model.to(device)
         tokenizer, vocab = None, None
@@ -197,11 +203,16 @@ class LaserEncoder:
         unique_out = torch.empty((len(unique), self.dim), dtype=torch.float32)
         with tqdm(total=len(unique), disable=not show_progress_bar, unit="sent", desc="embedding") as bar:
             for batch in plan_batches(lengths, max_tokens, batch_size):
-                x = torch.tensor([unique[i] for i in batch], dtype=torch.long)
-                if int(x.max()) >= vocab_size or int(x.min()) < 0:
+                batch_lengths = np.array([lengths[i] for i in batch])
+                flat = np.fromiter(chain.from_iterable(unique[i] for i in batch), np.int64, batch_lengths.sum())
+                if int(flat.max()) >= vocab_size or int(flat.min()) < 0:
                     bad = [int(j) for j in np.flatnonzero(np.isin(inverse, batch))]
                     raise ValueError(f"token ids outside the vocabulary [0, {vocab_size}) in sentence(s) {bad}")
-                emb = self.model(x.to(device, non_blocking=True)).pooler_output
+                mask = np.arange(batch_lengths[0])[None, :] < batch_lengths[:, None]
+                ids_array = np.full(mask.shape, self.model.config.pad_token_id, dtype=np.int64)
+                ids_array[mask] = flat
+                emb = self.model(torch.from_numpy(ids_array).to(device, non_blocking=True),
+                                 attention_mask=torch.from_numpy(mask).to(device, non_blocking=True)).pooler_output
                 unique_out[torch.from_numpy(batch)] = emb.float().cpu()
                 bar.update(len(batch))
         torch.index_select(unique_out, 0, torch.from_numpy(inverse), out=out)
@@ -324,7 +335,8 @@ def embed_main_io(args) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("hf-laser embed: error: --device cuda but no CUDA device is available", file=sys.stderr)
         return 2
-    encoder = LaserEncoder.from_pretrained(args.model, device=args.device)
+    encoder = LaserEncoder.from_pretrained(args.model, device=args.device, dtype=getattr(torch, args.dtype),
+                                           quantize="int8" if args.int8 else None)
     tmp = None
     try:
         if args.input in (None, "-"):

@@ -1,0 +1,82 @@
+"""What the optional speed modes cost in fidelity, on real Tatoeba text.
+
+For each model, the fp32 embeddings of every Tatoeba v1 file are compared with those of int8 dynamic quantisation
+(`LaserEncoder.from_pretrained(..., quantize="int8")`, CPU) and bf16 weights: cosine similarity to fp32 and the
+change of the Tatoeba error (xx→en / en→xx nearest neighbour by cosine, averaged over languages). Text is tokenized
+once; every mode embeds the same ids. Usage::
+
+    python benchmarks/speed_modes_fidelity.py [--model DIR ...] [--langs fra,deu,...] [--modes int8,bf16]
+
+The reference `laser-ref-tiny.pt` is always converted and measured (random weights: errors near chance, so its error
+change mostly shows how often near-ties flip); `--model` adds trained models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+sys.path.insert(0, str(REPO))  # for `evaluation`
+
+from evaluation.tatoeba import TATOEBA_LANGS, available_languages, retrieval_errors, tatoeba_paths  # noqa: E402
+from hf_laser import LaserEncoder  # noqa: E402
+from hf_laser.encoder import read_lines  # noqa: E402
+
+
+def tiny_reference_model() -> Path:
+    from hf_laser.convert import convert
+
+    out = REPO / ".cache" / "benchmarks" / "laser-ref-tiny"
+    if not (out / "model.safetensors").exists():
+        ref = SHARED / "reference"
+        convert(ref / "checkpoint" / "laser-ref-tiny.pt", out, bpe_codes=ref / "bpe" / "laser-ref.fcodes",
+                bpe_vocab=ref / "bpe" / "laser-ref.fvocab")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append",
+                        help="further model directory (repeatable); the converted laser-ref-tiny is always measured")
+    parser.add_argument("--tatoeba-dir", default=str(SHARED / "data" / "tatoeba" / "v1"))
+    parser.add_argument("--langs", default=None, help="ISO 639-3 codes (default: all)")
+    parser.add_argument("--modes", default="int8,bf16")
+    args = parser.parse_args()
+    langs = args.langs.split(",") if args.langs else [x for x in available_languages(args.tatoeba_dir) if x != "eng"]
+    models = [tiny_reference_model()]
+    models += [Path(m) for m in args.model or [] if Path(m).resolve() != models[0].resolve()]
+
+    print("| model | mode | mean cosine to fp32 | min cosine | avg xx→en error | avg en→xx error | Δ xx→en | Δ en→xx |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model_dir in models:
+        fp32 = LaserEncoder.from_pretrained(model_dir)
+        ids = []
+        for lang in langs:
+            src, tgt = tatoeba_paths(args.tatoeba_dir, lang)
+            ids.append((fp32.token_ids(list(read_lines(src)), TATOEBA_LANGS.get(lang, lang)),
+                        fp32.token_ids(list(read_lines(tgt)), "en")))
+        reference = None
+        for mode in ["fp32", *args.modes.split(",")]:
+            encoder = fp32 if mode == "fp32" else LaserEncoder.from_pretrained(
+                model_dir, quantize="int8" if mode == "int8" else None,
+                dtype=torch.bfloat16 if mode == "bf16" else None)
+            embs = [(encoder.encode_ids(s).numpy(), encoder.encode_ids(t).numpy()) for s, t in ids]
+            errors = np.array([[r["xx2en_errors"] / r["n"], r["en2xx_errors"] / r["n"]]
+                               for r in (retrieval_errors(s, t) for s, t in embs)]) * 100
+            flat = np.concatenate([e for pair in embs for e in pair])
+            if reference is None:
+                reference, ref_errors = flat, errors
+            cos = np.sum(flat * reference, 1) / (np.linalg.norm(flat, axis=1) * np.linalg.norm(reference, axis=1))
+            mean, delta = errors.mean(0), errors.mean(0) - ref_errors.mean(0)
+            print(f"| {model_dir.name} | {mode} | {cos.mean():.5f} | {cos.min():.5f} | {mean[0]:.2f} | {mean[1]:.2f} "
+                  f"| {delta[0]:+.2f} | {delta[1]:+.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
