@@ -236,9 +236,10 @@ def validate(model: LaserForPreTraining, valid, target_languages: list[str], acc
     for lang, rows in valid.rows.items():
         out = torch.empty(len(rows), model.config.embedding_dim, device=device)
         for batch in plan_batches(tokens.lengths[rows], vcfg["max_tokens"]):
-            ids = torch.from_numpy(np.stack([tokens.get(r) for r in rows[batch]]).astype(np.int64)).to(device)
+            ids = _pad([tokens.get(r) for r in rows[batch]], model.config.pad_token_id).to(device)
             with accelerator.autocast():
-                out[torch.from_numpy(batch).to(device)] = model.laser(ids).pooler_output.float()
+                out[torch.from_numpy(batch).to(device)] = model.laser(
+                    ids, attention_mask=ids.ne(model.config.pad_token_id)).pooler_output.float()
         emb[lang] = out
     targets = [t for t in target_languages if t in valid.rows]
     result, per_lang = {}, {}
