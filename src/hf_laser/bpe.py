@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 __all__ = ["FastBPE", "split_symbols", "read_codes", "read_vocab"]
 
@@ -71,32 +71,26 @@ def read_codes(path: str | os.PathLike) -> list[tuple[str, str]]:
 
     Fields are split on ``' '`` with empty fields skipped, like fastBPE's ``split``.
     """
-    pairs = []
-    with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.rstrip("\n")
-            fields = [f for f in line.split(" ") if f]
-            if not fields:
-                continue
-            if len(fields) != 3:
-                raise ValueError(f"{path}:{lineno}: expected 'left right count', got {line!r}")
-            pairs.append((fields[0], fields[1]))
-    return pairs
+    return [(left, right) for left, right, _ in _read_fields(path, 3, "left right count")]
 
 
 def read_vocab(path: str | os.PathLike) -> dict[str, int]:
     """Read a fastBPE vocabulary file (``token count`` per line) into ``{token: count}``."""
-    vocab: dict[str, int] = {}
+    return {token: int(count) for token, count in _read_fields(path, 2, "token count")}
+
+
+def _read_fields(path: str | os.PathLike, n_fields: int, what: str) -> Iterator[list[str]]:
+    """The non-empty lines of a fastBPE text file split on ``' '`` (empty fields skipped, like fastBPE's ``split``),
+    each checked to have ``n_fields`` fields."""
     with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as fh:
         for lineno, line in enumerate(fh, 1):
             line = line.rstrip("\n")
             fields = [f for f in line.split(" ") if f]
             if not fields:
                 continue
-            if len(fields) != 2:
-                raise ValueError(f"{path}:{lineno}: expected 'token count', got {line!r}")
-            vocab[fields[0]] = int(fields[1])
-    return vocab
+            if len(fields) != n_fields:
+                raise ValueError(f"{path}:{lineno}: expected '{what}', got {line!r}")
+            yield fields
 
 
 def split_symbols(word: str) -> list[str]:

@@ -161,10 +161,10 @@ class LaserEncoder:
         With `pretokenized=True` the sentences are already BPE/SentencePiece tokens separated by whitespace (the
         original encoder's input: `line.strip().split()`); otherwise raw text goes through the LASER preprocessing.
         """
-        for i, s in enumerate(sentences):
-            if not isinstance(s, str):
-                raise TypeError(f"sentence {i} is {type(s).__name__}, expected str")
         if pretokenized:
+            for i, s in enumerate(sentences):  # raw text is checked by the tokenizer
+                if not isinstance(s, str):
+                    raise TypeError(f"sentence {i} is {type(s).__name__}, expected str")
             if self.vocab is None:
                 raise ValueError("this model directory has no vocabulary (vocab.json or tokenizer files)")
             get, unk, eos = self.vocab.get, self.unk_id, self.eos_id
@@ -246,10 +246,10 @@ class LaserEncoder:
         single = isinstance(sentences, str)
         if single:
             sentences = [sentences]
-        elif sentences is None or not isinstance(sentences, Sequence):
-            sentences = list(sentences) if isinstance(sentences, Iterable) else sentences
-            if not isinstance(sentences, list):
-                raise TypeError(f"sentences must be a string or a list of strings, got {type(sentences).__name__}")
+        elif not isinstance(sentences, Iterable):
+            raise TypeError(f"sentences must be a string or a list of strings, got {type(sentences).__name__}")
+        elif not isinstance(sentences, Sequence):
+            sentences = list(sentences)
         ids = self.token_ids(sentences, lang, pretokenized=pretokenized, num_proc=num_proc)
         emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
                               show_progress_bar=show_progress_bar)
@@ -350,7 +350,7 @@ def embed_main_io(args) -> int:
             input_path = args.input
         encoder.encode_file(input_path, args.output, lang=args.lang, pretokenized=args.pretokenized,
                             fp16=args.fp16, max_tokens=args.max_tokens, normalize_embeddings=args.normalize,
-                            show_progress_bar=not args.quiet and None, resume=not args.overwrite,
+                            show_progress_bar=False if args.quiet else None, resume=not args.overwrite,
                             num_proc=args.num_proc)
     finally:
         if tmp is not None:
