@@ -5,10 +5,13 @@ deterministically with random weights in the original file format, converted wit
 implementations embed the same raw Tatoeba sentences with the same weights:
 
 - **original**: the algorithm of LASER's `SentenceEncoder` re-implemented from its description: whitespace split of
-  the BPE line, dictionary lookup, `</s>` appended, sentences sorted by length (descending, quicksort), batches of at
-  most 12,000 real tokens, right padding, `pack_padded_sequence`, BiLSTM from zero states, padded positions set to
-  -inf, max over time. Preprocessing for it is hf_laser's tokenizer in one process (identical output to the Perl +
-  fastBPE pipeline, which ran at ~5,000 sentences/s on this kind of machine per ../shared/reference/README.md).
+  the BPE line, dictionary lookup token by token into a tensor, `</s>` appended, sentences sorted by length
+  (descending, quicksort), batches of at most 12,000 real tokens, left padding converted to right padding,
+  `pack_padded_sequence`, BiLSTM from zero states, padded positions set to -inf, max over time. Like the original it
+  leaves autograd on (it only detaches the result), which costs time and memory on CPU.
+  **original-nograd** is the same under `torch.no_grad()`: the original's kernels and batches without that overhead.
+  Preprocessing for both is hf_laser's tokenizer in one process (identical output to the Perl + fastBPE pipeline,
+  which ran at ~5,000 sentences/s on this kind of machine per ../shared/reference/README.md).
 - **hf_laser**: `LaserEncoder.encode(raw_text, lang)`.
 
 Each variant runs in a fresh process so that its peak RSS is its own. Usage::
@@ -74,18 +77,23 @@ def build_full_size_model() -> Path:
 class OriginalLaserEncoder:
     """LASER's `SentenceEncoder` + `LaserLstmEncoder` algorithm (see module docstring), same weights."""
 
-    def __init__(self, model_dir: Path, max_tokens: int = 12000):
+    def __init__(self, model_dir: Path, max_tokens: int = 12000, autograd: bool = True):
         from hf_laser import LaserModel
 
         model = LaserModel.from_pretrained(model_dir).eval()
         self.embed_tokens, self.lstm = model.embed_tokens, model.lstm
         self.lstm.batch_first = False  # the original runs time-major
         self.max_tokens = max_tokens
+        self.autograd = autograd
         self.dictionary = json.loads((model_dir / "vocab.json").read_text("utf-8"))
 
     def _tokenize(self, line: str) -> torch.Tensor:
-        ids = [self.dictionary.get(t, 3) for t in line.strip().split()] + [2]
-        return torch.LongTensor(ids)
+        words = line.strip().split()
+        ids = torch.LongTensor(len(words) + 1)
+        for i, word in enumerate(words):
+            ids[i] = self.dictionary.get(word, 3)
+        ids[len(words)] = 2
+        return ids
 
     def _batches(self, lines):
         tokens = [self._tokenize(line) for line in lines]
@@ -101,14 +109,20 @@ class OriginalLaserEncoder:
         if batch:
             yield batch, tokens, lengths
 
-    @torch.no_grad()
     def encode_bpe(self, bpe_lines: list[str]) -> np.ndarray:
+        with torch.set_grad_enabled(self.autograd):
+            return self._encode_bpe(bpe_lines)
+
+    def _encode_bpe(self, bpe_lines: list[str]) -> np.ndarray:
         out = np.zeros((len(bpe_lines), 2 * self.lstm.hidden_size), np.float32)
         for batch, tokens, lengths in self._batches(bpe_lines):
             width = lengths[batch[0]]
             src = torch.full((len(batch), width), 1, dtype=torch.long)
-            for j, i in enumerate(batch):
-                src[j, : lengths[i]] = tokens[i]
+            for j, i in enumerate(batch):  # left padding, as the original batches are built
+                src[j, width - lengths[i]:] = tokens[i]
+            # ... which its encoder converts back to right padding: roll each row left by its number of pads
+            n_pads = src.eq(1).sum(1, keepdim=True)
+            src = src.gather(1, (torch.arange(width)[None, :] + n_pads) % width)
             x = self.embed_tokens(src).transpose(0, 1)
             packed = torch.nn.utils.rnn.pack_padded_sequence(x, torch.as_tensor(lengths[batch]))
             h, _ = self.lstm(packed)
@@ -116,7 +130,7 @@ class OriginalLaserEncoder:
             mask = src.eq(1).t()
             if mask.any():
                 h = h.float().masked_fill_(mask.unsqueeze(-1), float("-inf"))
-            out[batch] = h.max(dim=0)[0].numpy()
+            out[batch] = h.max(dim=0)[0].detach().numpy()
         return out
 
 
@@ -146,8 +160,8 @@ def run_variant(variant: str, model_dir: Path, langs: list[str], n_lines: int, o
 
     result = {"variant": variant, "sentences": n_sent, "threads": torch.get_num_threads()}
     t0 = time.perf_counter()
-    if variant == "original":
-        original = OriginalLaserEncoder(model_dir)
+    if variant.startswith("original"):
+        original = OriginalLaserEncoder(model_dir, autograd=variant == "original")
         original.encode_bpe(["a b"] * 4)
         t0 = time.perf_counter()
         bpe = [(tokenizer.pipeline.subword_lines(tokenizer.pipeline.preprocess(lines, lang))) for _, lang, lines in inputs]
@@ -197,7 +211,7 @@ def main() -> None:
         return
 
     results = {}
-    for variant in ["original", *args.modes.split(",")]:
+    for variant in ["original", "original-nograd", *args.modes.split(",")]:
         npy = CACHE / f"emb-{variant}.npy"
         proc = subprocess.run([sys.executable, __file__, "--langs", args.langs, "--lines", str(args.lines),
                                "--_variant", variant, "--_out", str(npy)], capture_output=True, text=True,

@@ -1,0 +1,118 @@
+"""How close the LASER encoder runs to this machine's matrix-product ceiling (the bound on any exact fp32 speed-up).
+
+The 5 x 512 BiLSTM costs 57.2 MFLOP per token, almost all of it in matrix products: per layer and direction, the
+input projection of all time steps (one large product) and the recurrent product of every step. This script times,
+for one batch of the shape the encoder sees (B sentences x T tokens, random weights):
+
+- plain matrix products (`torch.matmul`) in fp32 and bf16, the machine's practical ceilings;
+- the LSTM as PyTorch runs it: padded (one fused oneDNN call) and packed (what the original does);
+- the same LSTM's matrix products alone, without gates or any other work: the time an exact fp32 LSTM cannot beat
+  with these kernels;
+- fp32 products split into bf16 parts (x = x1 + x2 + x3, each exactly a bf16 number) so that the AMX units do them
+  with fp32 accumulation (oneDNN's bf16 math mode): 3 partial products (x1w1 + x1w2 + x2w1) or 6 (all with
+  combined weight down to 2^-16), their error against float64 next to plain fp32's, and their effective speed.
+
+Usage::
+
+    python benchmarks/lstm_ceiling.py [--batch 800] [--length 15] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+FLOP_PER_TOKEN = 2 * 2 * (4 * 512 * (320 + 512) + 4 * 4 * 512 * (1024 + 512))  # 2 FLOP x 2 directions x weights
+
+
+def seconds(fn, repeat: int) -> float:
+    fn()  # warm-up: oneDNN primitive creation, allocator
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) / repeat
+
+
+def bf16_split_products(a: torch.Tensor, b: torch.Tensor, repeat: int) -> None:
+    def split(x):
+        parts = []
+        for _ in range(3):
+            parts.append(x.bfloat16().float())
+            x = x - parts[-1]
+        return parts
+
+    b = b * 0.03  # weight scale of a trained or default-initialised LSTM: products of order 1
+    exact = a.double() @ b.double()
+    (a1, a2, a3), (b1, b2, b3) = split(a), split(b)
+    flop = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+    plain = seconds(lambda: a @ b, 5 * repeat)
+    print(f"fp32 matmul: max error {(a @ b - exact).abs().max():.1e}, {flop / plain / 1e9:.0f} GFLOP/s")
+    backend = torch.backends.mkldnn.matmul
+    previous = backend.fp32_precision
+    backend.fp32_precision = "bf16"  # fp32 in and out, bf16 products with fp32 accumulation on AMX
+    try:
+        variants = {
+            "3 bf16 products": lambda: a1 @ b1 + (a1 @ b2 + a2 @ b1),
+            "6 bf16 products": lambda: a1 @ b1 + (a1 @ b2 + a2 @ b1) + (a1 @ b3 + a2 @ b2 + a3 @ b1),
+        }
+        for name, fn in variants.items():
+            t = seconds(fn, 5 * repeat)
+            print(f"fp32 as {name}: max error {(fn() - exact).abs().max():.1e}, "
+                  f"{flop / t / 1e9:.0f} effective GFLOP/s")
+    finally:
+        backend.fp32_precision = previous
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=800, help="sentences per batch (12k-token budget / ~15 tokens)")
+    parser.add_argument("--length", type=int, default=15, help="tokens of the longest sentence")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    B, T = args.batch, args.length
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {B} x {T} tokens, "
+          f"{FLOP_PER_TOKEN / 1e6:.1f} MFLOP/token")
+
+    a, b = torch.randn(B * T, 1024), torch.randn(1024, 2048)
+    flop = 2 * a.shape[0] * 1024 * 2048
+    for dtype in (torch.float32, torch.bfloat16):
+        x, w = a.to(dtype), b.to(dtype)
+        t = seconds(lambda: x @ w, 10 * args.repeat)
+        print(f"matmul {B * T}x1024 @ 1024x2048 {str(dtype).split('.')[-1]}: {flop / t / 1e9:.0f} GFLOP/s")
+
+    bf16_split_products(a, b, args.repeat)
+
+    lstm = torch.nn.LSTM(320, 512, num_layers=5, bidirectional=True).eval()
+    x = torch.randn(T, B, 320)
+    lengths = torch.randint(max(1, T - 3), T + 1, (B,)).sort(descending=True).values
+    lengths[0] = T
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths)
+    weights = [(getattr(lstm, f"weight_ih_l{layer}{sfx}").t().contiguous(),
+                getattr(lstm, f"weight_hh_l{layer}{sfx}").t().contiguous())
+               for layer in range(5) for sfx in ("", "_reverse")]
+    layer_inputs = [torch.randn(T * B, 320)] + [torch.randn(T * B, 1024)] * 4
+
+    def matmuls_only():
+        h = torch.zeros(B, 512)
+        for k, (w_ih, w_hh) in enumerate(weights):
+            layer_inputs[k // 2] @ w_ih
+            for _ in range(T):
+                h @ w_hh
+
+    rows = []
+    with torch.inference_mode():
+        rows.append(("LSTM padded (fused oneDNN)", B * T, seconds(lambda: lstm(x), args.repeat)))
+        rows.append(("LSTM packed (the original's call)", int(lengths.sum()), seconds(lambda: lstm(packed), args.repeat)))
+        rows.append(("its matrix products alone (bound)", B * T, seconds(matmuls_only, args.repeat)))
+    for name, tokens, t in rows:
+        print(f"{name}: {tokens / t:.0f} tokens/s, {tokens * FLOP_PER_TOKEN / t / 1e9:.0f} GFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
