@@ -34,6 +34,7 @@ from training.data import (  # noqa: E402
     resolve_corpora,
 )
 from training.learn_bpe import balance_lines, learn_bpe  # noqa: E402
+from training.train import load_config  # noqa: E402
 
 PARALLEL = SHARED / "data" / "parallel"
 
@@ -491,6 +492,62 @@ def test_two_processes_stay_synchronised(cipher_setup, tmp_path):
         assert r["param_sync_max_diff"] == 0.0  # ...and identical parameters after every update
 
 
+def test_time_budget_stops_cleanly_resumes_and_reports(cipher_setup, tmp_path):
+    """`training.max_minutes` ends a run with a checkpoint and an export; `--resume` continues it; the report
+    compares the exported encoder with the untrained one."""
+    _, config = cipher_setup
+    out = tmp_path / "timed"
+    log = run_train(config, out, "--set", "training.max_steps=null", "--set", "training.max_minutes=0.02",
+                    "--set", "training.eval_every=1000000")
+    assert "training.max_minutes (0.02) reached" in log
+    rows = metrics(out)
+    stop = rows[-1]["step"]
+    assert rows[0]["step"] == 0 and 1 <= stop < 100000 and "valid_error" in rows[-1]  # validated when stopping
+    assert (out / "checkpoints" / f"step-{stop:08d}" / "COMPLETE").is_file()
+    assert json.loads((out / "final" / "training_state.json").read_text())["step"] == stop
+    assert type(AutoModel.from_pretrained(out / "untrained")) is LaserModel
+    log = run_train(config, out, "--resume", "--set", f"training.max_steps={stop + 3}",
+                    "--set", "training.eval_every=1000000")
+    assert f"(step {stop}," in log and metrics(out)[-1]["step"] == stop + 3
+
+    report = subprocess.run([sys.executable, str(REPO / "training" / "report.py"), "--run", str(out),
+                             "--tatoeba-dir", "none"], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    assert report.returncode == 0, report.stderr[-3000:]
+    data = json.loads((out / "report.json").read_text())
+    assert data["exported_step"] in (stop, stop + 3)  # the better of the two validations (final_model: best)
+    untrained, trained = data["flores"]["untrained"], data["flores"]["trained"]
+    assert set(untrained) == set(trained) == {"en", "xx", "yy"}
+    by_step = {r["step"]: {k[len("valid_error_"):]: v for k, v in r.items() if k.startswith("valid_error_")}
+               for r in metrics(out) if "valid_error" in r}
+    assert untrained == by_step[0] and trained == by_step[data["exported_step"]]
+    assert "| xx |" in (out / "report.md").read_text()
+    # a run directory without metrics is refused with a message
+    bad = subprocess.run([sys.executable, str(REPO / "training" / "report.py"), "--run", str(tmp_path)],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    assert bad.returncode == 2 and "missing" in bad.stderr
+
+
+def test_shipped_configs_load_and_overrides_are_checked():
+    paper = load_config(REPO / "training" / "configs" / "paper.yaml")
+    assert paper["model"]["num_layers"] == 5 and paper["data"]["target_languages"] == ["en", "es"]
+    tiny = load_config(REPO / "training" / "configs" / "tiny-cpu.yaml",
+                       ["training.mixed_precision=no", "training.max_steps=7", "model.hidden_size=32"])
+    # YAML reads a bare `no` as false; accelerate needs the string
+    assert tiny["training"]["mixed_precision"] == "no"
+    assert tiny["training"]["max_steps"] == 7 and tiny["model"]["hidden_size"] == 32
+    with pytest.raises(ValueError, match="mixed_precision"):
+        load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.mixed_precision=fp64"])
+    with pytest.raises(ValueError, match="unknown config key"):
+        load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.max_stepz=7"])
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.max_steps"])
+    with pytest.raises(ValueError, match="max_minutes must be positive"):
+        load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.max_minutes=0"])
+    with pytest.raises(ValueError, match="set training.max_steps"):
+        load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.max_steps=null"])
+
+
 def test_real_data_smoke_run(tmp_path):
     require_shared(PARALLEL / "train" / "ntrex128", PARALLEL / "train" / "multi30k",
                    PARALLEL / "valid" / "flores200-devtest")
@@ -527,3 +584,17 @@ def test_real_data_smoke_run(tmp_path):
 
     emb = LaserEncoder.from_pretrained(out / "final").encode(["Guten Tag!", "Good morning!"], lang=["de", "en"])
     assert emb.shape == (2, 32) and np.isfinite(emb).all()
+
+    # the per-language report: FLORES from the run's validation, Tatoeba (deu, spa) embedded by both encoders
+    require_shared(SHARED / "data" / "tatoeba" / "v1")
+    report = subprocess.run([sys.executable, str(REPO / "training" / "report.py"), "--run", str(out)],
+                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    assert report.returncode == 0, report.stderr[-3000:]
+    data = json.loads((out / "report.json").read_text())
+    tatoeba = data["tatoeba"]
+    assert tatoeba["languages"] == ["deu", "spa"]
+    for model in ("untrained", "trained"):
+        assert {"deu", "spa", "average"} <= set(tatoeba[model])
+        assert all(0 <= tatoeba[model][lang]["xx2en_error"] <= 100 for lang in ("deu", "spa"))
+    assert tatoeba["untrained"]["deu"] != tatoeba["trained"]["deu"]
+    assert "| deu |" in report.stdout and "| es |" in report.stdout

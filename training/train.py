@@ -4,8 +4,9 @@
 
 OUT receives `config.yaml` (the resolved config), `tokenizer/`, `data_stats.json`, `metrics.jsonl` (one JSON object
 per logged step: `step`, `loss`, `lr`, throughput, and the validation figures when computed), tracker logs under
-`logs/`, `checkpoints/step-*/` (`accelerator.save_state`), `best/` (encoder + tokenizer with the lowest validation
-error so far) and, at the end, `final/`: a `LaserModel` directory (config, weights, tokenizer, model card) that
+`logs/`, `checkpoints/step-*/` (`accelerator.save_state`), `untrained/` (the encoder at step 0, the baseline of
+`training/report.py`), `best/` (encoder + tokenizer with the lowest validation error so far) and, at the end (the
+step or epoch limit, or the `training.max_minutes` budget of this launch), `final/`: a `LaserModel` directory (config, weights, tokenizer, model card) that
 `AutoModel` / `LaserEncoder.from_pretrained` load. `--resume` continues from the last complete checkpoint with the
 same data order (the batches of an epoch are a function of the seed and the epoch; RNG states are restored), so a
 killed run that is resumed ends where an uninterrupted one does. Configs: `training/configs/*.yaml`; every key and
@@ -88,6 +89,7 @@ DEFAULTS = {
     "training": {
         "max_steps": None,               # optimizer updates; with num_epochs, whichever comes first
         "num_epochs": None,
+        "max_minutes": None,             # wall-clock budget of this launch: then validate, checkpoint, export, stop
         "learning_rate": 1.0e-3,
         "lr_scheduler": "constant",      # any transformers scheduler name: constant, linear, cosine, inverse_sqrt ...
         "warmup_steps": 0,
@@ -105,6 +107,7 @@ DEFAULTS = {
         "final_model": "best",           # OUT/final = the best validated encoder ("best") or the last one ("last")
         "report_to": "tensorboard",      # Accelerate tracker(s); null: none
         "check_sync_every": 0,           # compare parameters across processes every N steps (0: off)
+        "save_untrained": True,          # OUT/untrained = the encoder at step 0, the baseline of training/report.py
     },
     "validation": {
         "path": "../shared/data/parallel/valid/flores200-devtest",  # multi-parallel folder; null: no validation
@@ -142,8 +145,14 @@ def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
     if not cfg["data"]["corpora"]:
         raise ValueError("data.corpora is empty: list at least one corpus")
     tr = cfg["training"]
-    if not tr["max_steps"] and not tr["num_epochs"]:
-        raise ValueError("set training.max_steps or training.num_epochs")
+    if tr["mixed_precision"] is False:  # YAML 1.1 reads an unquoted `no` as false
+        tr["mixed_precision"] = "no"
+    if tr["mixed_precision"] not in (None, "no", "fp16", "bf16"):
+        raise ValueError(f"training.mixed_precision must be no, fp16 or bf16, got {tr['mixed_precision']!r}")
+    if not tr["max_steps"] and not tr["num_epochs"] and not tr["max_minutes"]:
+        raise ValueError("set training.max_steps, training.num_epochs or training.max_minutes")
+    if tr["max_minutes"] is not None and not tr["max_minutes"] > 0:
+        raise ValueError(f"training.max_minutes must be positive, got {tr['max_minutes']!r}")
     if tr["final_model"] not in ("best", "last"):
         raise ValueError(f"training.final_model must be 'best' or 'last', got {tr['final_model']!r}")
     if cfg["data"]["max_length"] > cfg["batching"]["max_tokens"]:
@@ -324,6 +333,8 @@ def export_final(accelerator, model, tokenizer, cfg, data, state, out: Path, las
     else:
         accelerator.unwrap_model(model).save_encoder(str(final))
         tokenizer.save_pretrained(str(final))
+        (final / "training_state.json").write_text(json.dumps({
+            "step": state.step, "valid_error": (last_valid or {}).get("valid_error")}))
         exported = f"last step ({state.step})"
     evaluation = None
     if last_valid:
@@ -414,6 +425,9 @@ def main(argv=None) -> int:
     max_steps = tr["max_steps"] or math.inf
     if tr["num_epochs"]:
         max_steps = min(max_steps, sum(schedule.steps_in_epoch(e, world, accum) for e in range(tr["num_epochs"])))
+    if max_steps == math.inf and tr["lr_scheduler"] not in ("constant", "constant_with_warmup"):
+        raise ValueError(f"lr_scheduler {tr['lr_scheduler']!r} needs a known length: set training.max_steps or "
+                         "training.num_epochs (training.max_minutes alone only suits a constant schedule)")
     scheduler = get_scheduler(tr["lr_scheduler"], optimizer, num_warmup_steps=tr["warmup_steps"],
                               num_training_steps=max_steps)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -461,6 +475,10 @@ def main(argv=None) -> int:
         accelerator.wait_for_everyone()
         return last_valid or {}
 
+    if state.step == 0 and tr["save_untrained"] and is_main:
+        shutil.rmtree(out / "untrained", ignore_errors=True)
+        unwrapped.save_encoder(str(out / "untrained"))
+        tokenizer.save_pretrained(str(out / "untrained"))
     if state.step == 0 and tr["eval_every"]:
         row = {"step": 0, **run_validation()}
         log(f"step 0 (untrained): {_fmt(row)}")
@@ -469,10 +487,19 @@ def main(argv=None) -> int:
     model.train()
     device = accelerator.device
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss * tokens, target tokens, source tokens
-    timer, progress = time.perf_counter(), tqdm(total=max_steps, initial=state.step, desc="training",
+    timer, progress = time.perf_counter(), tqdm(total=None if max_steps == math.inf else max_steps, initial=state.step, desc="training",
                                                 disable=not accelerator.is_local_main_process)
     dataset = PairBatches(data, targets, pad_token_id=model_config.pad_token_id)
-    while state.step < max_steps:
+    deadline = time.monotonic() + 60 * tr["max_minutes"] if tr["max_minutes"] else None
+
+    def out_of_time() -> bool:  # decided together, so that every process stops after the same step
+        if deadline is None:
+            return False
+        late = torch.tensor([float(time.monotonic() > deadline)], device=device)
+        return bool(accelerator.reduce(late, reduction="sum").item() > 0)
+
+    stopped = False
+    while state.step < max_steps and not stopped:
         batches = schedule.shard(state.epoch, rank, world, accum)
         steps_per_epoch = len(batches) // accum
         loader = torch.utils.data.DataLoader(
@@ -499,7 +526,8 @@ def main(argv=None) -> int:
             state.step += 1
             state.epoch_step += 1
             progress.update(1)
-            done = state.step == max_steps
+            stopped = out_of_time()
+            done = state.step == max_steps or stopped
             row = {}
             if state.step % tr["log_every"] == 0 or done:
                 total = accelerator.reduce(sums, reduction="sum").tolist()
@@ -528,10 +556,13 @@ def main(argv=None) -> int:
             if state.step % tr["save_every"] == 0 or done:
                 save_checkpoint(accelerator, out, state.step, tr["keep_checkpoints"])
                 timer = time.perf_counter()
-            if epoch_done:
+            if epoch_done or stopped:
                 break
         del micro, loader
     progress.close()
+    if stopped:
+        log(f"stopped at step {state.step}: training.max_minutes ({tr['max_minutes']}) reached; the checkpoint of "
+            "this step is saved, --resume continues from it")
 
     accelerator.wait_for_everyone()
     if is_main:

@@ -1,0 +1,141 @@
+"""Per-language report of a training run: FLORES-200 and Tatoeba similarity-search errors, trained vs untrained.
+
+    python training/report.py --run OUT [--tatoeba-dir ../shared/data/tatoeba/v1] [--device cuda]
+
+- FLORES-200 devtest (or whatever `validation.path` the run used): the run's own validation figures from
+  `OUT/metrics.jsonl`, at step 0 (the untrained encoder) and at the step of the exported encoder (`OUT/final`).
+- Tatoeba: `OUT/untrained` (saved by `train.py` at step 0) and `OUT/final` embed every Tatoeba language whose
+  preprocessing language is one of the run's source languages; error of nearest-neighbour search by cosine, xx→en
+  and en→xx, in percent (the paper's measure, `evaluation/tatoeba.py`).
+
+Writes `OUT/report.json` and `OUT/report.md`, and prints the Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: make `evaluation` (and, if not installed, `hf_laser`) importable
+    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO / "src"))
+
+
+def base_language(code: str) -> str:
+    """`zh_Hans` → `zh`, `pt_BR` → `pt`: the preprocessing language of a corpus code."""
+    return code.split("_")[0]
+
+
+def read_metrics(run: Path) -> list[dict]:
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is {run} the --output-dir of a training run?")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def flores_errors(rows: list[dict], step: int) -> dict[str, float]:
+    """`{lang: error %}` of the validation at `step` (empty when the run did not validate then)."""
+    for row in rows:
+        if row["step"] == step and "valid_error" in row:
+            return {k.removeprefix("valid_error_"): v for k, v in row.items()
+                    if k.startswith("valid_error_")}
+    return {}
+
+
+def tatoeba_languages(source_languages, folder: Path) -> list[str]:
+    """Tatoeba ISO 639-3 codes whose preprocessing language is a source language of the run."""
+    from evaluation.tatoeba import TATOEBA_LANGS, available_languages
+
+    wanted = {base_language(code) for code in source_languages}
+    return [lang for lang in available_languages(folder) if lang != "eng" and TATOEBA_LANGS.get(lang) in wanted]
+
+
+def tatoeba_errors(model_dir: Path, langs: list[str], folder: Path, device: str | None) -> dict:
+    from evaluation.cache import EmbeddingCache
+    from evaluation.tatoeba import evaluate_tatoeba
+    from hf_laser import LaserEncoder
+
+    encoder = LaserEncoder.from_pretrained(model_dir, device=device)
+    cache = EmbeddingCache(encoder, enabled=False, show_progress=False)
+    return evaluate_tatoeba(cache, langs, folder=folder, show_progress=False, log=lambda *_: None)
+
+
+def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None) -> dict:
+    for name in ("final", "untrained"):
+        if not (run / name / "config.json").is_file():
+            raise FileNotFoundError(f"{run / name} is missing: the run has not finished, or predates "
+                                    "training.save_untrained")
+    rows = read_metrics(run)
+    state = json.loads((run / "final" / "training_state.json").read_text())
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    directions = json.loads((run / "data_stats.json").read_text())["pairs_per_direction"]
+    sources = sorted({direction.split("-")[0] for direction in directions})
+    report = {"run": str(run), "exported_step": state["step"], "validation_path": cfg["validation"]["path"],
+              "flores": {"untrained": flores_errors(rows, 0), "trained": flores_errors(rows, state["step"])}}
+    if tatoeba_dir is not None:
+        langs = tatoeba_languages(sources, tatoeba_dir)
+        report["tatoeba"] = {"languages": langs,
+                             "untrained": tatoeba_errors(run / "untrained", langs, tatoeba_dir, device),
+                             "trained": tatoeba_errors(run / "final", langs, tatoeba_dir, device)}
+    return report
+
+
+def _cell(table: dict, lang: str, key: str | None = None) -> str:
+    value = table.get(lang)
+    if value is not None and key is not None:
+        value = value.get(key)
+    return "" if value is None else f"{value:.1f}"
+
+
+def to_markdown(report: dict) -> str:
+    fl = report["flores"]
+    lines = [f"# Training report: {report['run']} (exported encoder: step {report['exported_step']})", "",
+             f"Similarity-search error in % (lower is better), untrained → trained. FLORES: `{report['validation_path']}`, "
+             "both directions against each target language, from the run's validation.", "",
+             "| language | FLORES untrained | FLORES trained |", "|---|---|---|"]
+    for lang in sorted(set(fl["untrained"]) | set(fl["trained"])):
+        lines.append(f"| {lang} | {_cell(fl['untrained'], lang)} | {_cell(fl['trained'], lang)} |")
+    means = {k: sum(v.values()) / len(v) for k, v in fl.items() if v}
+    lines.append(f"| average | {_cell(means, 'untrained')} | {_cell(means, 'trained')} |")
+    if "tatoeba" in report:
+        tat = report["tatoeba"]
+        lines += ["", "Tatoeba (xx→en / en→xx):", "",
+                  "| language | xx→en untrained | xx→en trained | en→xx untrained | en→xx trained | pairs |",
+                  "|---|---|---|---|---|---|"]
+        for lang in [*tat["languages"], "average"]:
+            u, t = tat["untrained"].get(lang, {}), tat["trained"].get(lang, {})
+            lines.append(f"| {lang} | {_cell(tat['untrained'], lang, 'xx2en_error')} | "
+                         f"{_cell(tat['trained'], lang, 'xx2en_error')} | {_cell(tat['untrained'], lang, 'en2xx_error')} | "
+                         f"{_cell(tat['trained'], lang, 'en2xx_error')} | {t.get('n', u.get('n', ''))} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True, help="the --output-dir of train.py")
+    parser.add_argument("--tatoeba-dir", default=str(REPO.parent / "shared" / "data" / "tatoeba" / "v1"),
+                        help="LASER-format Tatoeba folder; 'none' to skip Tatoeba")
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    args = parser.parse_args(argv)
+    run = Path(args.run)
+    tatoeba_dir = None if args.tatoeba_dir == "none" else Path(args.tatoeba_dir)
+    if tatoeba_dir is not None and not tatoeba_dir.is_dir():
+        parser.error(f"--tatoeba-dir {tatoeba_dir} not found (or pass --tatoeba-dir none)")
+    try:
+        report = build_report(run, tatoeba_dir, args.device)
+    except FileNotFoundError as err:
+        parser.error(str(err))
+    (run / "report.json").write_text(json.dumps(report, indent=1))
+    markdown = to_markdown(report)
+    (run / "report.md").write_text(markdown)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
