@@ -89,7 +89,8 @@ DEFAULTS = {
     "training": {
         "max_steps": None,               # optimizer updates; with num_epochs, whichever comes first
         "num_epochs": None,
-        "max_minutes": None,             # wall-clock budget of this launch: then validate, checkpoint, export, stop
+        "max_minutes": None,             # wall-clock budget of this launch (from its start): after the step that
+                                         # exceeds it, validate, checkpoint, export and stop (those take extra time)
         "learning_rate": 1.0e-3,
         "lr_scheduler": "constant",      # any transformers scheduler name: constant, linear, cosine, inverse_sqrt ...
         "warmup_steps": 0,
@@ -357,6 +358,7 @@ def main(argv=None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
+    launched_at = time.monotonic()
     cfg = load_config(args.config, args.set)
     out = Path(args.output_dir)
     tr, bcfg, vcfg = cfg["training"], cfg["batching"], cfg["validation"]
@@ -490,7 +492,8 @@ def main(argv=None) -> int:
     timer, progress = time.perf_counter(), tqdm(total=None if max_steps == math.inf else max_steps, initial=state.step, desc="training",
                                                 disable=not accelerator.is_local_main_process)
     dataset = PairBatches(data, targets, pad_token_id=model_config.pad_token_id)
-    deadline = time.monotonic() + 60 * tr["max_minutes"] if tr["max_minutes"] else None
+    # the budget counts from the launch (data preparation included), like a cluster's time limit
+    deadline = launched_at + 60 * tr["max_minutes"] if tr["max_minutes"] else None
 
     def out_of_time() -> bool:  # decided together, so that every process stops after the same step
         if deadline is None:
