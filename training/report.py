@@ -95,8 +95,9 @@ def _cell(table: dict, lang: str, key: str | None = None) -> str:
 def to_markdown(report: dict) -> str:
     fl = report["flores"]
     lines = [f"# Training report: {report['run']} (exported encoder: step {report['exported_step']})", "",
-             f"Similarity-search error in % (lower is better), untrained → trained. FLORES: `{report['validation_path']}`, "
-             "both directions against each target language, from the run's validation.", "",
+             "Similarity-search error in % (lower is better), untrained → trained. "
+             f"FLORES: `{report['validation_path']}`, both directions against each target language, from the run's "
+             "validation.", "",
              "| language | FLORES untrained | FLORES trained |", "|---|---|---|"]
     for lang in sorted(set(fl["untrained"]) | set(fl["trained"])):
         lines.append(f"| {lang} | {_cell(fl['untrained'], lang)} | {_cell(fl['trained'], lang)} |")
@@ -108,10 +109,9 @@ def to_markdown(report: dict) -> str:
                   "| language | xx→en untrained | xx→en trained | en→xx untrained | en→xx trained | pairs |",
                   "|---|---|---|---|---|---|"]
         for lang in [*tat["languages"], "average"]:
-            u, t = tat["untrained"].get(lang, {}), tat["trained"].get(lang, {})
-            lines.append(f"| {lang} | {_cell(tat['untrained'], lang, 'xx2en_error')} | "
-                         f"{_cell(tat['trained'], lang, 'xx2en_error')} | {_cell(tat['untrained'], lang, 'en2xx_error')} | "
-                         f"{_cell(tat['trained'], lang, 'en2xx_error')} | {t.get('n', u.get('n', ''))} |")
+            cells = [_cell(tat[model], lang, key) for key in ("xx2en_error", "en2xx_error")
+                     for model in ("untrained", "trained")]
+            lines.append(f"| {lang} | {' | '.join(cells)} | {tat['trained'].get(lang, {}).get('n', '')} |")
     return "\n".join(lines) + "\n"
 
 

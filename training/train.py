@@ -6,11 +6,12 @@ OUT receives `config.yaml` (the resolved config), `tokenizer/`, `data_stats.json
 per logged step: `step`, `loss`, `lr`, throughput, and the validation figures when computed), tracker logs under
 `logs/`, `checkpoints/step-*/` (`accelerator.save_state`), `untrained/` (the encoder at step 0, the baseline of
 `training/report.py`), `best/` (encoder + tokenizer with the lowest validation error so far) and, at the end (the
-step or epoch limit, or the `training.max_minutes` budget of this launch), `final/`: a `LaserModel` directory (config, weights, tokenizer, model card) that
-`AutoModel` / `LaserEncoder.from_pretrained` load. `--resume` continues from the last complete checkpoint with the
-same data order (the batches of an epoch are a function of the seed and the epoch; RNG states are restored), so a
-killed run that is resumed ends where an uninterrupted one does. Configs: `training/configs/*.yaml`; every key and
-its default is in `DEFAULTS` below. `--set training.max_steps=100` overrides one key (value parsed as YAML).
+step or epoch limit, or the `training.max_minutes` budget of this launch), `final/`: a `LaserModel` directory
+(config, weights, tokenizer, model card) that `AutoModel` / `LaserEncoder.from_pretrained` load. `--resume`
+continues from the last complete checkpoint with the same data order (the batches of an epoch are a function of the
+seed and the epoch; RNG states are restored), so a killed run that is resumed ends where an uninterrupted one does.
+Configs: `training/configs/*.yaml`; every key and its default is in `DEFAULTS` below. `--set training.max_steps=100`
+overrides one key (value parsed as YAML).
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ DEFAULTS = {
     "training": {
         "max_steps": None,               # optimizer updates; with num_epochs, whichever comes first
         "num_epochs": None,
-        "max_minutes": None,             # wall-clock budget of this launch (from its start): after the step that
-                                         # exceeds it, validate, checkpoint, export and stop (those take extra time)
+        "max_minutes": None,             # wall-clock budget of this launch (from its start), checked every
+                                         # log_every steps: then validate, checkpoint, export (extra time) and stop
         "learning_rate": 1.0e-3,
         "lr_scheduler": "constant",      # any transformers scheduler name: constant, linear, cosine, inverse_sqrt ...
         "warmup_steps": 0,
@@ -489,14 +490,17 @@ def main(argv=None) -> int:
     model.train()
     device = accelerator.device
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss * tokens, target tokens, source tokens
-    timer, progress = time.perf_counter(), tqdm(total=None if max_steps == math.inf else max_steps, initial=state.step, desc="training",
-                                                disable=not accelerator.is_local_main_process)
+    timer = time.perf_counter()
+    progress = tqdm(total=None if max_steps == math.inf else max_steps, initial=state.step, desc="training",
+                    disable=not accelerator.is_local_main_process)
     dataset = PairBatches(data, targets, pad_token_id=model_config.pad_token_id)
     # the budget counts from the launch (data preparation included), like a cluster's time limit
     deadline = launched_at + 60 * tr["max_minutes"] if tr["max_minutes"] else None
 
-    def out_of_time() -> bool:  # decided together, so that every process stops after the same step
-        if deadline is None:
+    def out_of_time() -> bool:
+        # decided together, so that every process stops after the same step; only at logging steps, which
+        # synchronise anyway, so that the check adds no device sync to other steps
+        if deadline is None or state.step % tr["log_every"]:
             return False
         late = torch.tensor([float(time.monotonic() > deadline)], device=device)
         return bool(accelerator.reduce(late, reduction="sum").item() > 0)
