@@ -4,15 +4,27 @@ Usage::
 
     hf-laser convert bilstm.93langs.2018-12-26.pt laser-93langs --bpe-codes 93langs.fcodes --bpe-vocab 93langs.fvocab
     hf-laser convert laser2.pt laser2 --spm-model laser2.spm --spm-vocab laser2.cvocab
+    hf-laser convert CHECKPOINT OUT_DIR --no-tokenizer        # dictionary only: pre-tokenized input
     python -m hf_laser.convert CHECKPOINT OUT_DIR ...
+
+Before anything is written the converter checks that the checkpoint file is intact (zip CRCs), that its
+`params` / `dictionary` / weights are well formed and finite, and that the subword files belong to the checkpoint
+(their vocabulary is the checkpoint's dictionary). A non-empty OUT_DIR is only replaced with `--overwrite`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import re
 import shutil
 import sys
+import tempfile
+import warnings
+import zipfile
+import zlib
 from pathlib import Path
 
 import torch
@@ -33,7 +45,87 @@ EXPECTED_FORMAT = (
 
 
 class NotALaserCheckpoint(ValueError):
-    """The file is not an original LASER BiLSTM checkpoint."""
+    """The file is not an original LASER BiLSTM checkpoint (or a damaged one)."""
+
+
+class TokenizerMismatch(ValueError):
+    """The subword files (BPE codes/vocab, SentencePiece model/cvocab) do not belong to the checkpoint."""
+
+
+POSITIVE_INT_PARAMS = ("num_embeddings", "embed_dim", "hidden_size", "num_layers")
+# fairseq pads a dictionary to a multiple of 8 with these; no tokenizer ever produces them.
+FAIRSEQ_PADDING = re.compile(r"^madeupword\d{4}$")
+
+
+def verify_zip_crc(path: str | Path) -> bool:
+    """Checks the CRC-32 of every member of a zip-format (`torch.save` >= 1.6) checkpoint.
+
+    `torch.load` does not check them, so flipped bytes in the tensor data would load as silently wrong weights.
+    Returns False for a legacy (non-zip) checkpoint, which carries no checksums; raises [`NotALaserCheckpoint`]
+    when a member is damaged.
+    """
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        return False
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError, ValueError) as err:
+        raise NotALaserCheckpoint(f"{path} is damaged (its zip structure cannot be read: {err}); "
+                                  "download or copy it again") from err
+    if bad is not None:
+        raise NotALaserCheckpoint(f"{path} is damaged: CRC check failed for {bad!r} (the file was corrupted on "
+                                  "disk or in transfer); download or copy it again")
+    return True
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_params(path: Path, params) -> None:
+    if not isinstance(params, dict):
+        raise NotALaserCheckpoint(f"{path}: 'params' is a {type(params).__name__}, expected a dict; "
+                                  f"expected {EXPECTED_FORMAT}")
+    missing = [k for k in EXPECTED_PARAMS if k not in params]
+    if missing:
+        raise NotALaserCheckpoint(f"{path}: 'params' lacks {missing}; expected {EXPECTED_FORMAT}")
+    for key in POSITIVE_INT_PARAMS:
+        if not _is_int(params[key]) or params[key] <= 0:
+            raise NotALaserCheckpoint(f"{path}: params[{key!r}] is {params[key]!r}, expected a positive integer")
+    if not _is_int(params["padding_idx"]):
+        raise NotALaserCheckpoint(f"{path}: params['padding_idx'] is {params['padding_idx']!r}, expected an integer")
+    for key in ("bidirectional", "left_pad"):
+        if key in params and not (isinstance(params[key], bool) or params[key] in (0, 1)):
+            raise NotALaserCheckpoint(f"{path}: params[{key!r}] is {params[key]!r}, expected true or false")
+    value = params.get("padding_value", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise NotALaserCheckpoint(f"{path}: params['padding_value'] is {value!r}, expected a finite number")
+
+
+def _check_dictionary(path: Path, dictionary) -> None:
+    if not isinstance(dictionary, dict):
+        raise NotALaserCheckpoint(f"{path}: 'dictionary' is a {type(dictionary).__name__}, expected a dict "
+                                  "token -> id")
+    for token, idx in dictionary.items():
+        if not isinstance(token, str) or not _is_int(idx):
+            raise NotALaserCheckpoint(f"{path}: 'dictionary' entry {token!r} -> {idx!r} is not a token (str) -> "
+                                      "id (int) pair")
+
+
+def _check_state(path: Path, state) -> None:
+    if not isinstance(state, dict):
+        raise NotALaserCheckpoint(f"{path}: 'model' is a {type(state).__name__}, expected a state dict")
+    for key, tensor in state.items():
+        if not isinstance(key, str) or not isinstance(tensor, torch.Tensor):
+            raise NotALaserCheckpoint(f"{path}: 'model' entry {key!r} is a {type(tensor).__name__}, expected a "
+                                      "tensor")
+        if not tensor.is_floating_point():
+            raise NotALaserCheckpoint(f"{path}: weight {key} has dtype {tensor.dtype}, expected floating point")
+    bad = [key for key, tensor in state.items() if not bool(torch.isfinite(tensor).all())]
+    if bad:
+        raise NotALaserCheckpoint(f"{path}: NaN or infinite values in {', '.join(sorted(bad))}; the checkpoint is "
+                                  "damaged (or from a diverged training run)")
 
 
 def load_laser_checkpoint(path: str | Path) -> dict:
@@ -45,6 +137,7 @@ def load_laser_checkpoint(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    verify_zip_crc(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # pickle errors, zip errors, unsafe globals...
@@ -53,9 +146,9 @@ def load_laser_checkpoint(path: str | Path) -> dict:
         found = sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise NotALaserCheckpoint(f"{path} is not {EXPECTED_FORMAT}; found {found}")
     params, state, dictionary = checkpoint["params"], checkpoint["model"], checkpoint["dictionary"]
-    missing = [k for k in EXPECTED_PARAMS if k not in params]
-    if missing:
-        raise NotALaserCheckpoint(f"{path}: 'params' lacks {missing}; expected {EXPECTED_FORMAT}")
+    _check_params(path, params)
+    _check_dictionary(path, dictionary)
+    _check_state(path, state)
     for token, idx in SPECIAL_TOKENS.items():
         if dictionary.get(token) != idx:
             raise NotALaserCheckpoint(
@@ -105,6 +198,121 @@ def model_from_checkpoint(checkpoint: dict) -> LaserModel:
     return model.eval()
 
 
+def _first_difference(expected: list[str], found: list[str], what: str) -> str:
+    for i, (a, b) in enumerate(zip(expected, found)):
+        if a != b:
+            return f"first difference at entry {i + 1}: the dictionary has {a!r} (id {i + 4}), {what} has {b!r}"
+    shorter = "the dictionary" if len(expected) < len(found) else what
+    i = min(len(expected), len(found))
+    extra = found[i] if len(expected) < len(found) else expected[i]
+    return f"{shorter} ends after entry {i}, the other goes on with {extra!r}"
+
+
+def dictionary_tokens(dictionary: dict[str, int]) -> list[str]:
+    """The checkpoint's tokens in id order, without the 4 special tokens and fairseq's `madeupwordNNNN` padding."""
+    tokens = [t for t, _ in sorted(dictionary.items(), key=lambda kv: kv[1]) if t not in SPECIAL_TOKENS]
+    while tokens and FAIRSEQ_PADDING.match(tokens[-1]):
+        tokens.pop()
+    return tokens
+
+
+def _mismatch(kind: str, files: str, expected: list[str], found: list[str], what: str, ordered: bool) -> str:
+    expected_set, found_set = set(expected), set(found)
+    not_in_dict = [t for t in found if t not in expected_set]
+    not_in_files = [t for t in expected if t not in found_set]
+    parts = [f"the {kind} files ({files}) do not belong to this checkpoint: its dictionary has {len(expected)} "
+             f"tokens (without <s> <pad> </s> <unk>), {what} has {len(found)}"]
+    if not_in_dict:
+        parts.append(f"{len(not_in_dict)} of {what}'s tokens are not in the dictionary and would become <unk> "
+                     f"(first: {', '.join(map(repr, not_in_dict[:5]))})")
+    if not_in_files:
+        parts.append(f"{len(not_in_files)} dictionary tokens are not in {what} (first: "
+                     f"{', '.join(map(repr, not_in_files[:5]))})")
+    if ordered and not not_in_dict and not not_in_files:
+        parts.append(_first_difference(expected, found, what))
+    return "; ".join(parts) + ". Give the subword files that came with this checkpoint"
+
+
+def check_tokenizer_files(
+    dictionary: dict[str, int],
+    *,
+    bpe_vocab: str | Path | None = None,
+    spm_model: str | Path | None = None,
+    spm_vocab: str | Path | None = None,
+) -> None:
+    """Checks that subword files belong to a checkpoint's dictionary; raises [`TokenizerMismatch`] otherwise.
+
+    The original encoder looks every subword token up in the checkpoint's dictionary (a miss becomes `<unk>`), so
+    the tokenizer's vocabulary must be exactly the dictionary (after `<s> <pad> </s> <unk>`, and ignoring trailing
+    fairseq `madeupwordNNNN` padding):
+    - fastBPE (LASER1): the `.fvocab` tokens are the dictionary's tokens, same count, none missing on either side.
+      Their order is not compared: fastBPE only uses the `.fvocab` as a set (to undo merges into unknown tokens)
+      and the ids come from the dictionary.
+    - SentencePiece (LASER2): the model's pieces (without its control and unknown pieces) are the dictionary's
+      tokens; the `.cvocab`, when given, is the dictionary itself in fairseq's text format (`piece count` lines),
+      so it must list the same pieces in the same order (fairseq's `Dictionary.load` gives ids 4, 5, ... in file
+      order).
+    """
+    from .bpe import _read_fields
+
+    expected = dictionary_tokens(dictionary)
+    if bpe_vocab is not None:
+        try:
+            found = [fields[0] for fields in _read_fields(bpe_vocab, 2, "token count")]
+        except (ValueError, UnicodeDecodeError) as err:
+            raise TokenizerMismatch(f"{bpe_vocab} is not a fastBPE vocabulary ('token count' lines): {err}") from err
+        found = [t for t in found if t not in SPECIAL_TOKENS]
+        if len(found) != len(expected) or set(found) != set(expected):
+            raise TokenizerMismatch(_mismatch("BPE", str(bpe_vocab), expected, found, "the fvocab", ordered=False))
+    if spm_model is not None:
+        import sentencepiece
+
+        processor = sentencepiece.SentencePieceProcessor()
+        try:
+            processor.Load(str(spm_model))
+        except (OSError, RuntimeError) as err:
+            raise TokenizerMismatch(f"{spm_model} is not a SentencePiece model: {err}") from err
+        found = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())
+                 if not (processor.IsControl(i) or processor.IsUnknown(i))]
+        found = [t for t in found if t not in SPECIAL_TOKENS]
+        if len(found) != len(expected) or set(found) != set(expected):
+            raise TokenizerMismatch(_mismatch("SentencePiece", str(spm_model), expected, found, "the spm model",
+                                              ordered=False))
+    if spm_vocab is not None:
+        try:
+            found = [fields[0] for fields in _read_fields(spm_vocab, 2, "piece count")]
+        except (ValueError, UnicodeDecodeError) as err:
+            raise TokenizerMismatch(f"{spm_vocab} is not a fairseq dictionary ('piece count' lines): {err}") from err
+        found = [t for t in found if t not in SPECIAL_TOKENS and not FAIRSEQ_PADDING.match(t)]
+        if found != expected:
+            raise TokenizerMismatch(_mismatch("SentencePiece", str(spm_vocab), expected, found, "the cvocab",
+                                              ordered=True))
+
+
+def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"output {out_dir} exists and is not a directory; choose a directory path")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise ValueError(f"output directory {out_dir} is not empty: pass --overwrite (overwrite=True) to replace "
+                             "its contents, or choose a new directory")
+        resolved, cwd = out_dir.resolve(), Path.cwd().resolve()
+        if resolved == cwd or resolved in cwd.parents or resolved == Path.home().resolve():
+            raise ValueError(f"refusing to replace {out_dir} (the current, a parent or the home directory) even with "
+                             "--overwrite; choose a dedicated output directory")
+
+
+def _replace_dir(tmp_dir: Path, out_dir: Path) -> None:
+    """Moves the finished `tmp_dir` to `out_dir`, replacing what was there (only after everything was written)."""
+    old = None
+    if out_dir.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        os.replace(out_dir, old / "dir")
+    os.replace(tmp_dir, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def save_tokenizer_files(
     out_dir: Path,
     dictionary: dict[str, int],
@@ -135,18 +343,31 @@ def convert(
     spm_model: str | Path | None = None,
     spm_vocab: str | Path | None = None,
     model_card: bool = True,
+    no_tokenizer: bool | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Converts an original LASER checkpoint into a Hugging Face directory.
 
+    Everything is checked before anything is written (see the module docstring); the directory is written next to
+    `out_dir` and moved into place at the end, so a failed conversion leaves nothing behind.
+
     Args:
         checkpoint_path: the original `.pt` file.
-        out_dir: output directory (created).
+        out_dir: output directory (created; must be empty or absent unless `overwrite`).
         bpe_codes, bpe_vocab: fastBPE codes and vocabulary (LASER1).
         spm_model, spm_vocab: SentencePiece model and `.cvocab` (LASER2).
         model_card: write a `README.md` model card from the package template.
+        no_tokenizer: convert without subword files (dictionary only: `encode(..., pretokenized=True)`). `False`
+            requires BPE or SentencePiece files (what the CLI does unless `--no-tokenizer`); `None` (default, for
+            backward compatibility) converts dictionary-only with a `FutureWarning` when no files are given.
+        overwrite: replace a non-empty `out_dir`.
 
     Returns:
         The output directory, loadable with `AutoModel.from_pretrained` and `AutoTokenizer.from_pretrained`.
+
+    Raises:
+        ValueError ([`NotALaserCheckpoint`], [`TokenizerMismatch`]) or FileNotFoundError, with the fix in the
+        message.
     """
     bpe = bpe_codes is not None or bpe_vocab is not None
     spm = spm_model is not None or spm_vocab is not None
@@ -156,36 +377,56 @@ def convert(
         raise ValueError("LASER1 conversion needs both --bpe-codes and --bpe-vocab")
     if spm and spm_model is None:
         raise ValueError("LASER2 conversion needs --spm-model")
+    if (bpe or spm) and no_tokenizer:
+        raise ValueError("--no-tokenizer (no_tokenizer=True) contradicts the subword files given; drop one")
+    if not (bpe or spm):
+        if no_tokenizer is None:
+            warnings.warn("convert() without subword files writes a dictionary-only directory (pre-tokenized input "
+                          "only); pass no_tokenizer=True to say so: this will become an error", FutureWarning,
+                          stacklevel=2)
+        elif not no_tokenizer:
+            raise ValueError("a tokenizer is required: give --bpe-codes and --bpe-vocab (LASER1) or --spm-model "
+                             "[--spm-vocab] (LASER2), or --no-tokenizer (no_tokenizer=True) for a dictionary-only "
+                             "directory that takes pre-tokenized input only")
     for f in (bpe_codes, bpe_vocab, spm_model, spm_vocab):
         if f is not None and not Path(f).is_file():
             raise FileNotFoundError(f"file not found: {f}")
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir, overwrite)
 
     checkpoint = load_laser_checkpoint(checkpoint_path)
+    check_tokenizer_files(checkpoint["dictionary"], bpe_vocab=bpe_vocab, spm_model=spm_model, spm_vocab=spm_vocab)
     model = model_from_checkpoint(checkpoint)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    if bpe or spm:
-        save_tokenizer_files(
-            out_dir,
-            checkpoint["dictionary"],
-            bpe_codes=Path(bpe_codes) if bpe_codes else None,
-            bpe_vocab=Path(bpe_vocab) if bpe_vocab else None,
-            spm_model=Path(spm_model) if spm_model else None,
-            spm_vocab=Path(spm_vocab) if spm_vocab else None,
-        )
-    else:
-        # No subword model given: the dictionary still lets `encode(..., pretokenized=True)` work.
-        with open(out_dir / "vocab.json", "w", encoding="utf-8") as f:
-            json.dump(checkpoint["dictionary"], f, ensure_ascii=False)
-    if model_card:
-        from .model_card import write_model_card
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp_dir)
+        if bpe or spm:
+            save_tokenizer_files(
+                tmp_dir,
+                checkpoint["dictionary"],
+                bpe_codes=Path(bpe_codes) if bpe_codes else None,
+                bpe_vocab=Path(bpe_vocab) if bpe_vocab else None,
+                spm_model=Path(spm_model) if spm_model else None,
+                spm_vocab=Path(spm_vocab) if spm_vocab else None,
+            )
+        else:
+            # No subword model given: the dictionary still lets `encode(..., pretokenized=True)` work.
+            with open(tmp_dir / "vocab.json", "w", encoding="utf-8") as f:
+                json.dump(checkpoint["dictionary"], f, ensure_ascii=False)
+        if model_card:
+            from .model_card import write_model_card
 
-        write_model_card(
-            out_dir,
-            base_model=Path(checkpoint_path).name,
-            tokenizer="SentencePiece (LASER2)" if spm else "Moses + fastBPE (LASER1)" if bpe else "none (dictionary only)",
-        )
+            write_model_card(
+                tmp_dir,
+                base_model=Path(checkpoint_path).name,
+                tokenizer="SentencePiece (LASER2)" if spm else "Moses + fastBPE (LASER1)" if bpe
+                else "none (dictionary only)",
+            )
+        _replace_dir(tmp_dir, out_dir)
+    finally:
+        if tmp_dir.exists():
+            shutil.rmtree(tmp_dir, ignore_errors=True)
     return out_dir
 
 
@@ -196,6 +437,9 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bpe-vocab", help="fastBPE vocabulary (LASER1, e.g. 93langs.fvocab)")
     parser.add_argument("--spm-model", help="SentencePiece model (LASER2, e.g. laser2.spm)")
     parser.add_argument("--spm-vocab", help="SentencePiece .cvocab (LASER2, e.g. laser2.cvocab)")
+    parser.add_argument("--no-tokenizer", action="store_true",
+                        help="convert without subword files: a dictionary-only directory for pre-tokenized input")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     parser.add_argument("--no-model-card", action="store_true", help="do not write README.md")
 
 
@@ -209,9 +453,12 @@ def run_convert(args: argparse.Namespace) -> int:
             spm_model=args.spm_model,
             spm_vocab=args.spm_vocab,
             model_card=not args.no_model_card,
+            no_tokenizer=bool(getattr(args, "no_tokenizer", False)),
+            overwrite=bool(getattr(args, "overwrite", False)),
         )
-    except (NotALaserCheckpoint, ValueError, FileNotFoundError) as err:
-        print(f"hf-laser convert: error: {err}", file=sys.stderr)
+    except (NotALaserCheckpoint, ValueError, OSError) as err:
+        message = " ".join(str(err).split())  # one line
+        print(f"hf-laser convert: error: {message}", file=sys.stderr)
         return 2
     print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -6,6 +6,9 @@ weights and loaded with `trust_remote_code=True` where `hf_laser` is not install
 
 from __future__ import annotations
 
+import json
+import os
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +40,188 @@ class LaserPreTrainedModel(PreTrainedModel):
                 init.uniform_(param, -r, r)
         if isinstance(module, nn.Embedding) and module.padding_idx is not None:
             init.zeros_(module.weight[module.padding_idx])
+
+    # Top-level submodules that may be absent from a checkpoint as a whole: a new task head, initialised on loading
+    # (e.g. the classifier when `LaserForSequenceClassification` loads an encoder directory). Never partly absent.
+    _laser_new_head_modules: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, strict: bool = True, **kwargs):
+        r"""
+        `PreTrainedModel.from_pretrained`, strict by default: the weights must match the config.
+
+        With `strict=True` (default) loading raises a `ValueError` naming the offending tensors when the checkpoint
+        - lacks tensors the config asks for (transformers would initialise them randomly), except a whole new task
+          head (`_laser_new_head_modules`: `classifier` of [`LaserForSequenceClassification`], `decoder` of
+          [`LaserForPreTraining`]);
+        - holds tensors the model does not have (other than those in `_keys_to_ignore_on_load_unexpected`, e.g. the
+          decoder of a `LaserForPreTraining` checkpoint loaded as a [`LaserModel`]);
+        - holds tensors of another shape than the config gives (unless `ignore_mismatched_sizes=True` is passed:
+          those are then re-initialised, as in transformers);
+        - stores a weight with a non-floating-point dtype (transformers would cast it silently);
+        - holds NaN or infinite values (after the cast to the requested `dtype`);
+        - sits next to a `vocab.json` whose `<pad>` / `</s>` / `<unk>` / `<s>` ids or size disagree with the config
+          (`pad_token_id`, `eos_token_id`, `unk_token_id`, `bos_token_id`, `vocab_size`).
+
+        `strict=False` is the escape hatch for people who know what they are doing: plain transformers behaviour
+        (a load report on the log, missing or mis-shaped tensors newly initialised, no value checks).
+        `output_loading_info=True` returns `(model, loading_info)` as in transformers.
+        """
+        if not strict:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        output_loading_info = kwargs.pop("output_loading_info", False)
+        allow_mismatched = bool(kwargs.pop("ignore_mismatched_sizes", False))
+        # Ask transformers for the report (and not to raise its own generic error on shape mismatches).
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
+            **kwargs,
+        )
+        source = "the given state_dict" if kwargs.get("state_dict") is not None else str(pretrained_model_name_or_path)
+        problems = model._laser_key_problems(info, allow_mismatched)
+        problems += _laser_dtype_problems(pretrained_model_name_or_path, kwargs)
+        problems += model._laser_value_problems()
+        problems += model._laser_vocab_problems(pretrained_model_name_or_path, kwargs.get("subfolder", ""))
+        if problems:
+            raise ValueError(
+                f"{source}: the weights do not match this {cls.__name__}'s config: " + "; ".join(problems)
+                + ". Fix the directory (config.json / weights), or pass strict=False to load it anyway "
+                "(missing or mis-shaped tensors are then newly initialised, unexpected ones dropped)."
+            )
+        return (model, info) if output_loading_info else model
+
+    def _laser_key_problems(self, info: dict, allow_mismatched: bool) -> list[str]:
+        problems = []
+        missing = set(info.get("missing_keys") or ())
+        params = [name for name, _ in self.named_parameters()]
+        for head in self._laser_new_head_modules:
+            head_params = {n for n in params if n.startswith(head + ".")}
+            if head_params and head_params <= missing:
+                missing -= head_params  # a new head, initialised: the legitimate case
+        if missing:
+            problems.append(f"missing tensors {_laser_names(missing)}")
+        unexpected = set(info.get("unexpected_keys") or ())
+        if unexpected:
+            problems.append(f"unexpected tensors {_laser_names(unexpected)}")
+        mismatched = info.get("mismatched_keys") or ()
+        if mismatched and not allow_mismatched:
+            shapes = sorted((k, tuple(a), tuple(b)) for k, a, b in mismatched)
+            shown = ", ".join(f"{k} {a} in the checkpoint vs {b} from the config" for k, a, b in shapes[:6])
+            more = f" and {len(shapes) - 6} more" if len(shapes) > 6 else ""
+            problems.append(f"mis-shaped tensors: {shown}{more}")
+        for msg in info.get("error_msgs") or ():
+            problems.append(str(msg).splitlines()[0])
+        return problems
+
+    def _laser_value_problems(self) -> list[str]:
+        bad = []
+        for name, tensor in self.state_dict().items():
+            if tensor.is_floating_point() and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all()):
+                bad.append(name)
+        if not bad:
+            return []
+        return [f"NaN or infinite values in {_laser_names(bad)} (a corrupted checkpoint, or a dtype too narrow for "
+                "the weights)"]
+
+    def _laser_vocab_problems(self, path, subfolder: str = "") -> list[str]:
+        if path is None or not os.path.isdir(os.path.join(str(path), subfolder or "")):
+            return []
+        vocab_file = os.path.join(str(path), subfolder or "", "vocab.json")
+        if not os.path.isfile(vocab_file):
+            return []
+        try:
+            with open(vocab_file, encoding="utf-8") as f:
+                vocab = json.load(f)
+        except (OSError, ValueError) as err:
+            return [f"vocab.json cannot be read ({err})"]
+        if not isinstance(vocab, dict):
+            return ["vocab.json is not a token -> id mapping"]
+        problems = []
+        for token, attr in (("<pad>", "pad_token_id"), ("</s>", "eos_token_id"), ("<unk>", "unk_token_id"),
+                            ("<s>", "bos_token_id")):
+            want = getattr(self.config, attr, None)
+            if token in vocab and want is not None and vocab[token] != want:
+                problems.append(f"config.{attr} is {want} but vocab.json has {token!r} -> {vocab[token]}")
+        if len(vocab) != self.config.vocab_size:
+            problems.append(f"config.vocab_size is {self.config.vocab_size} but vocab.json has {len(vocab)} tokens")
+        return problems
+
+
+def _laser_names(names, limit: int = 8) -> str:
+    names = sorted(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+_SAFETENSORS_FLOAT = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2"}
+
+
+def _laser_weight_files(path, kwargs: dict) -> list[str]:
+    """The weight files `from_pretrained` read (local directory, or the Hub cache it just filled); [] if unknown."""
+    if path is None or kwargs.get("gguf_file"):
+        return []
+    subfolder = kwargs.get("subfolder", "") or ""
+    path = str(path)
+    if os.path.isfile(path):
+        return [path]
+    variant = kwargs.get("variant")
+
+    def name(base, ext):
+        return f"{base}.{variant}.{ext}" if variant else f"{base}.{ext}"
+
+    candidates = [name("model", "safetensors"), name("model", "safetensors") + ".index.json",
+                  name("pytorch_model", "bin"), name("pytorch_model", "bin") + ".index.json"]
+
+    def locate(filename):
+        if os.path.isdir(path):
+            full = os.path.join(path, subfolder, filename)
+            return full if os.path.isfile(full) else None
+        try:
+            from transformers.utils import cached_file
+
+            return cached_file(path, filename, subfolder=subfolder, cache_dir=kwargs.get("cache_dir"),
+                               revision=kwargs.get("revision"), token=kwargs.get("token"), local_files_only=True,
+                               _raise_exceptions_for_missing_entries=False,
+                               _raise_exceptions_for_connection_errors=False)
+        except Exception:  # noqa: BLE001 - best effort: the check is skipped when the file cannot be found
+            return None
+
+    for filename in candidates:
+        found = locate(filename)
+        if found is None:
+            continue
+        if not found.endswith(".index.json"):
+            return [found]
+        with open(found, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f).get("weight_map", {}).values()))
+        located = [locate(shard) for shard in shards]
+        return [s for s in located if s is not None]
+    return []
+
+
+def _laser_dtype_problems(path, kwargs: dict) -> list[str]:
+    """Weights stored with a non-floating-point dtype (transformers casts them to the model dtype silently)."""
+    bad = []
+    state_dict = kwargs.get("state_dict")
+    if state_dict is not None:
+        bad = [f"{k} ({v.dtype})" for k, v in state_dict.items() if torch.is_tensor(v) and not v.is_floating_point()]
+    else:
+        for file in _laser_weight_files(path, kwargs):
+            try:
+                if file.endswith(".safetensors"):
+                    with open(file, "rb") as f:
+                        (size,) = struct.unpack("<Q", f.read(8))
+                        header = json.loads(f.read(size))
+                    bad += [f"{k} ({v.get('dtype')})" for k, v in header.items()
+                            if k != "__metadata__" and v.get("dtype") not in _SAFETENSORS_FLOAT]
+                elif file.endswith(".bin"):
+                    state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+                    bad += [f"{k} ({v.dtype})" for k, v in state.items()
+                            if torch.is_tensor(v) and not v.is_floating_point()]
+            except Exception:  # noqa: BLE001 - transformers has read the file already; nothing more to say here
+                continue
+    if not bad:
+        return []
+    return [f"non-floating-point weights {_laser_names(bad)}"]
 
 
 def right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -361,12 +546,16 @@ class LaserForSequenceClassification(LaserPreTrainedModel):
             return
         super()._init_weights(module)
 
+    # Loading an encoder directory (LaserModel / LaserForPreTraining) gives a new, initialised classifier.
+    _laser_new_head_modules = ("classifier",)
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        model = super().from_pretrained(*args, **kwargs)
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
         # Loading swaps in new parameter objects: apply `freeze_encoder` again.
         model.set_encoder_frozen(model.config.freeze_encoder)
-        return model
+        return loaded
 
     def set_encoder_frozen(self, frozen: bool = True) -> None:
         """Freezes (no gradients, always eval mode: no dropout) or unfreezes the encoder; updates the config."""
@@ -567,6 +756,9 @@ class LaserForPreTraining(LaserPreTrainedModel):
     (torch.Size([1, 3, 100]), torch.Size([1, 64]))
     ```
     """
+
+    # Loading an encoder directory gives a new, initialised decoder (to go on training from a trained encoder).
+    _laser_new_head_modules = ("decoder",)
 
     def __init__(self, config: LaserConfig):
         super().__init__(config)
