@@ -55,6 +55,7 @@ from training.data import (  # noqa: E402
     prepare_valid_data,
     resolve_corpora,
 )
+from training.objectives import check_objective, training_loss, uses_decoder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,6 +89,12 @@ DEFAULTS = {
         "num_workers": 1,                # DataLoader workers (collation only)
     },
     "training": {
+        "objective": "translation",      # "translation" (the paper's decoder), "ranking" (in-batch translation
+                                         # ranking, no decoder) or "translation+ranking": training/objectives.py
+        "ranking_temperature": 0.05,     # cosine similarities are divided by it
+        "ranking_margin": 0.0,           # additive margin subtracted from the true pairs' cosine
+        "translation_weight": 1.0,       # weights of the two losses in translation+ranking
+        "ranking_weight": 1.0,
         "max_steps": None,               # optimizer updates; with num_epochs, whichever comes first
         "num_epochs": None,
         "max_minutes": None,             # wall-clock budget of this launch (from its start), checked every
@@ -110,6 +117,8 @@ DEFAULTS = {
         "report_to": "tensorboard",      # Accelerate tracker(s); null: none
         "check_sync_every": 0,           # compare parameters across processes every N steps (0: off)
         "save_untrained": True,          # OUT/untrained = the encoder at step 0, the baseline of training/report.py
+        "snapshot_encoders": False,      # keep the encoder of every validation in OUT/encoders/step-N (for curves
+                                         # of Tatoeba error vs time: training/report.py --curve)
     },
     "validation": {
         "path": "../shared/data/parallel/valid/flores200-devtest",  # multi-parallel folder; null: no validation
@@ -155,6 +164,7 @@ def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
         raise ValueError("set training.max_steps, training.num_epochs or training.max_minutes")
     if tr["max_minutes"] is not None and not tr["max_minutes"] > 0:
         raise ValueError(f"training.max_minutes must be positive, got {tr['max_minutes']!r}")
+    check_objective(tr["objective"])
     if tr["final_model"] not in ("best", "last"):
         raise ValueError(f"training.final_model must be 'best' or 'last', got {tr['final_model']!r}")
     if cfg["data"]["max_length"] > cfg["batching"]["max_tokens"]:
@@ -179,6 +189,7 @@ class TrainState:
     def __init__(self):
         self.step, self.epoch, self.epoch_step = 0, 0, 0
         self.best_error, self.best_step = math.inf, -1
+        self.seconds = 0.0  # wall-clock seconds of the launches up to the last checkpoint (minutes in metrics)
 
     def state_dict(self) -> dict:
         return dict(vars(self))
@@ -262,7 +273,7 @@ def validate(model: LaserForPreTraining, valid, target_languages: list[str], acc
     if per_lang:
         result["valid_error"] = sum(per_lang.values()) / len(per_lang)
         result.update({f"valid_error_{lang}": e for lang, e in per_lang.items()})
-    if vcfg["decoder_loss"] and targets:
+    if vcfg["decoder_loss"] and targets and model.decoder is not None:
         loss_sum, n_tok = 0.0, 0
         for lang, rows in valid.rows.items():
             for t in targets:
@@ -311,15 +322,20 @@ def training_summary(cfg: dict, data, state: TrainState, exported: str) -> str:
     corpora = "\n".join(f"- `{c}`" for c in dict.fromkeys(
         e if isinstance(e, str) else e.get("path", e.get("dataset")) for e in cfg["data"]["corpora"]))
     tr, m, b = cfg["training"], cfg["model"], cfg["batching"]
+    decoder = (f"LSTM decoder into {', '.join(cfg['data']['target_languages'])}, discarded after training"
+               if uses_decoder(tr["objective"]) else "no decoder")
+    ranking = (f", in-batch ranking with temperature {tr['ranking_temperature']} and margin {tr['ranking_margin']}"
+               if tr["objective"] != "translation" else "")
     return (
-        f"Trained with `hf_laser`'s `training/train.py` (LASER recipe: BiLSTM encoder + LSTM decoder into "
-        f"{', '.join(cfg['data']['target_languages'])}, decoder discarded).\n\n"
+        f"Trained with `hf_laser`'s `training/train.py`: BiLSTM encoder, objective `{tr['objective']}`{ranking} "
+        f"({decoder}); sentence pairs into {', '.join(cfg['data']['target_languages'])}.\n\n"
         f"Corpora:\n{corpora}\n\n"
         f"Sentence pairs: {stats['pairs']:,} ({directions}); skipped: "
         f"{', '.join(f'{k} {v:,}' for k, v in stats['skipped'].items())}; missing (multi-parallel): "
         f"{stats['missing']:,}.\n\n"
-        f"Settings: encoder {m['num_layers']}×{m['hidden_size']} BiLSTM, embeddings {m['embed_dim']}; decoder "
-        f"{m['decoder_num_layers']}×{m['decoder_hidden_size']} LSTM; Adam lr {tr['learning_rate']} "
+        f"Settings: encoder {m['num_layers']}×{m['hidden_size']} BiLSTM, embeddings {m['embed_dim']}; "
+        + (f"decoder {m['decoder_num_layers']}×{m['decoder_hidden_size']} LSTM; " if uses_decoder(tr["objective"])
+           else "") + f"Adam lr {tr['learning_rate']} "
         f"({tr['lr_scheduler']}), {b['max_tokens']} tokens per process and micro-batch, "
         f"{tr['gradient_accumulation_steps']} accumulation step(s), sampling {b['sampling']}, dropout {m['dropout']}, "
         f"{state.step} updates ({state.epoch} full epochs). Exported encoder: {exported}."
@@ -414,7 +430,7 @@ def main(argv=None) -> int:
     model_config = LaserConfig(
         vocab_size=len(vocab), target_languages=targets, pad_token_id=vocab["<pad>"], bos_token_id=vocab["<s>"],
         eos_token_id=vocab["</s>"], unk_token_id=vocab["<unk>"], label_smoothing=tr["label_smoothing"],
-        **cfg["model"],
+        **{**cfg["model"], **({} if uses_decoder(tr["objective"]) else {"decoder_num_layers": 0})},
     )
     model = LaserForPreTraining(model_config)
     optimizer = torch.optim.Adam(model.parameters(), lr=tr["learning_rate"], betas=tuple(tr["adam_betas"]),
@@ -449,7 +465,13 @@ def main(argv=None) -> int:
     log(f"{world} process(es), {schedule.steps_in_epoch(0, world, accum)} steps per epoch, training to step "
         f"{max_steps}; {sum(p.numel() for p in model.parameters()):,} parameters")
 
+    seconds_before = state.seconds
+
+    def minutes() -> float:
+        return (seconds_before + time.monotonic() - launched_at) / 60
+
     def record(row: dict):
+        row["minutes"] = round(minutes(), 3)
         accelerator.log(row, step=row["step"])
         if is_main:
             with metrics_path.open("a") as fh:
@@ -475,6 +497,13 @@ def main(argv=None) -> int:
                                                                      "valid_error": state.best_error}))
                 shutil.rmtree(out / "best", ignore_errors=True)
                 os.replace(tmp, out / "best")
+            if tr["snapshot_encoders"]:
+                snapshot = out / "encoders" / f"step-{state.step:08d}"
+                unwrapped.save_encoder(str(snapshot))
+                tokenizer.save_pretrained(str(snapshot))
+                (snapshot / "training_state.json").write_text(json.dumps({
+                    "step": state.step, "minutes": round(minutes(), 3),
+                    "valid_error": last_valid.get("valid_error")}))
         accelerator.wait_for_everyone()
         return last_valid or {}
 
@@ -489,6 +518,8 @@ def main(argv=None) -> int:
 
     model.train()
     device = accelerator.device
+    loss_options = {"temperature": tr["ranking_temperature"], "margin": tr["ranking_margin"],
+                    "translation_weight": tr["translation_weight"], "ranking_weight": tr["ranking_weight"]}
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss * tokens, target tokens, source tokens
     timer = time.perf_counter()
     progress = tqdm(total=None if max_steps == math.inf else max_steps, initial=state.step, desc="training",
@@ -520,7 +551,7 @@ def main(argv=None) -> int:
                 batch = {k: v.to(device, non_blocking=True) for k, v in next(micro).items()}
                 sync = contextlib.nullcontext() if i == accum - 1 else accelerator.no_sync(model)
                 with sync:
-                    loss = model(**batch).loss
+                    loss, _ = training_loss(model, batch, tr["objective"], **loss_options)
                     accelerator.backward(loss / accum)
                 n_tgt = batch["labels"].ne(-100).sum()
                 sums += torch.stack([loss.detach().double() * n_tgt, n_tgt.double(),
@@ -561,6 +592,7 @@ def main(argv=None) -> int:
                     log(f"step {state.step}: {_fmt(row)}")
                 record(row)
             if state.step % tr["save_every"] == 0 or done:
+                state.seconds = minutes() * 60
                 save_checkpoint(accelerator, out, state.step, tr["keep_checkpoints"])
                 timer = time.perf_counter()
             if epoch_done or stopped:

@@ -36,7 +36,7 @@ class LaserConfig(PretrainedConfig):
         decoder_hidden_size (`int`, *optional*, defaults to 2048):
             Units of the decoder LSTM.
         decoder_num_layers (`int`, *optional*, defaults to 1):
-            Layers of the decoder LSTM.
+            Layers of the decoder LSTM; 0 builds `LaserForPreTraining` without a decoder (ranking-only training).
         lang_embed_dim (`int`, *optional*, defaults to 32):
             Size of the target-language-id embedding fed to the decoder at every step.
         target_languages (`list[str]`, *optional*, defaults to `["en", "es"]`):

@@ -658,12 +658,16 @@ class LaserForPreTrainingOutput(ModelOutput):
             The encoder's sentence embeddings (`LaserModel`'s `pooler_output`), the only input of the decoder.
         encoder_last_hidden_state (`torch.FloatTensor` of shape `(batch_size, source_length, 2 * hidden_size)`):
             Top-layer BiLSTM outputs of the encoder.
+        paired_sentence_embedding (`torch.FloatTensor` of shape `(batch_size, 2 * hidden_size)`, *optional*):
+            Sentence embeddings of `paired_input_ids` (the other side of each pair) by the same encoder, for the
+            translation-ranking objective.
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     sentence_embedding: torch.FloatTensor | None = None
     encoder_last_hidden_state: torch.FloatTensor | None = None
+    paired_sentence_embedding: torch.FloatTensor | None = None
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -763,7 +767,8 @@ class LaserForPreTraining(LaserPreTrainedModel):
     def __init__(self, config: LaserConfig):
         super().__init__(config)
         self.laser = LaserModel(config)
-        self.decoder = LaserDecoder(config)
+        # `decoder_num_layers=0`: encoder only, for objectives that do not decode (translation ranking)
+        self.decoder = LaserDecoder(config) if config.decoder_num_layers > 0 else None
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -772,8 +777,8 @@ class LaserForPreTraining(LaserPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.laser.embed_tokens = value
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.decoder.output_projection
+    def get_output_embeddings(self) -> nn.Linear | None:
+        return None if self.decoder is None else self.decoder.output_projection
 
     def set_output_embeddings(self, value: nn.Linear):
         self.decoder.output_projection = value
@@ -802,6 +807,8 @@ class LaserForPreTraining(LaserPreTrainedModel):
         labels: torch.Tensor | None = None,
         decoder_input_ids: torch.Tensor | None = None,
         target_lang_ids: torch.Tensor | None = None,
+        paired_input_ids: torch.Tensor | None = None,
+        paired_attention_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> LaserForPreTrainingOutput:
         r"""
@@ -818,12 +825,47 @@ class LaserForPreTraining(LaserPreTrainedModel):
             target_lang_ids (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
                 Index of each sentence's target language in `config.target_languages`; may be omitted when there is
                 only one target language.
+            paired_input_ids (`torch.LongTensor` of shape `(batch_size, paired_length)`, *optional*):
+                The other side of each pair (e.g. the target sentences as encoder input), padded with `<pad>`; gives
+                `paired_sentence_embedding`. Both sides go through the encoder in one call.
+            paired_attention_mask (`torch.Tensor` of shape `(batch_size, paired_length)`, *optional*):
+                1 for real tokens of `paired_input_ids`, 0 for padding.
+
+        Without `labels` and `decoder_input_ids` the decoder does not run (`logits` and `loss` are `None`); a model
+        built with `config.decoder_num_layers=0` has no decoder at all.
 
         Returns:
             [`LaserForPreTrainingOutput`].
         """
-        encoder_outputs = self.laser(input_ids, attention_mask=attention_mask, return_dict=True)
-        sentence_embedding = encoder_outputs.pooler_output
+        paired_sentence_embedding = None
+        if paired_input_ids is None:
+            encoder_outputs = self.laser(input_ids, attention_mask=attention_mask, return_dict=True)
+            sentence_embedding = encoder_outputs.pooler_output
+            encoder_last_hidden_state = encoder_outputs.last_hidden_state
+        else:
+            # one encoder call over both sides (one LSTM launch instead of two); padding becomes right padding
+            pad = self.config.pad_token_id
+            mask_a = input_ids.ne(pad) if attention_mask is None else attention_mask.bool()
+            mask_b = paired_input_ids.ne(pad) if paired_attention_mask is None else paired_attention_mask.bool()
+            length = max(input_ids.shape[1], paired_input_ids.shape[1])
+            ids = torch.cat([nn.functional.pad(input_ids.masked_fill(~mask_a, pad), (0, length - input_ids.shape[1]),
+                                               value=pad),
+                             nn.functional.pad(paired_input_ids.masked_fill(~mask_b, pad),
+                                               (0, length - paired_input_ids.shape[1]), value=pad)])
+            mask = torch.cat([nn.functional.pad(mask_a, (0, length - mask_a.shape[1])),
+                              nn.functional.pad(mask_b, (0, length - mask_b.shape[1]))])
+            encoder_outputs = self.laser(ids, attention_mask=mask, return_dict=True)
+            batch_size = input_ids.shape[0]
+            sentence_embedding, paired_sentence_embedding = encoder_outputs.pooler_output.split(
+                [batch_size, paired_input_ids.shape[0]])
+            encoder_last_hidden_state = encoder_outputs.last_hidden_state[:batch_size, :input_ids.shape[1]]
+        if labels is None and decoder_input_ids is None and paired_input_ids is not None:
+            return LaserForPreTrainingOutput(sentence_embedding=sentence_embedding,
+                                             encoder_last_hidden_state=encoder_last_hidden_state,
+                                             paired_sentence_embedding=paired_sentence_embedding)
+        if self.decoder is None:
+            raise ValueError("this model has no decoder (config.decoder_num_layers=0): call it with paired_input_ids "
+                             "and without labels / decoder_input_ids")
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError("give labels (target ids) or decoder_input_ids")
@@ -854,7 +896,7 @@ class LaserForPreTraining(LaserPreTrainedModel):
             )
         return LaserForPreTrainingOutput(
             loss=loss, logits=logits, sentence_embedding=sentence_embedding,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_last_hidden_state=encoder_last_hidden_state, paired_sentence_embedding=paired_sentence_embedding,
         )
 
 

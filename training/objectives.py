@@ -1,0 +1,102 @@
+"""Training objectives of a LASER encoder: one function per loss, and `training_loss` that combines them.
+
+- `translation` (the paper): the auxiliary LSTM decoder translates each sentence embedding into the target sentence;
+  token-level cross-entropy (`LaserForPreTraining`'s loss).
+- `ranking`: in-batch translation ranking (dual-encoder, as in LaBSE / Yang et al. 2019): both sides of the batch's
+  pairs go through the encoder, cosine similarities are scaled by `1 / temperature`, an additive `margin` is
+  subtracted from the true pairs' scores, and the loss is the symmetric cross-entropy of picking the true
+  translation among the batch's sentences. The other pairs of the batch are the negatives, so larger batches
+  give more of them. No decoder is built for this objective.
+- `translation+ranking`: `translation_weight * translation + ranking_weight * ranking`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hf_laser.modeling_laser import shift_tokens_right
+
+OBJECTIVES = ("translation", "ranking", "translation+ranking")
+
+
+def uses_decoder(objective: str) -> bool:
+    check_objective(objective)
+    return objective != "ranking"
+
+
+def check_objective(objective: str) -> None:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"training.objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+
+
+def ranking_loss(source: torch.Tensor, target: torch.Tensor, temperature: float = 0.05,
+                 margin: float = 0.0) -> torch.Tensor:
+    """Symmetric in-batch translation-ranking loss.
+
+    Args:
+        source: `(batch, dim)` sentence embeddings of one side of the pairs.
+        target: `(batch, dim)` sentence embeddings of the other side; row `i` translates `source[i]`.
+        temperature: the cosine similarities are divided by it (0.05: a scale of 20).
+        margin: subtracted from the cosine of each true pair before scaling (additive margin softmax).
+
+    Returns:
+        `()`: mean of the source→target and target→source cross-entropies over the batch.
+    """
+    if source.shape != target.shape or source.dim() != 2:
+        raise ValueError(f"source and target must both be (batch, dim), got {tuple(source.shape)} and "
+                         f"{tuple(target.shape)}")
+    scores = nn.functional.normalize(source.float(), dim=-1) @ nn.functional.normalize(target.float(), dim=-1).T
+    if margin:
+        scores = scores - margin * torch.eye(len(scores), device=scores.device, dtype=scores.dtype)
+    scores = scores / temperature
+    truth = torch.arange(len(scores), device=scores.device)
+    return (nn.functional.cross_entropy(scores, truth) + nn.functional.cross_entropy(scores.T, truth)) / 2
+
+
+def translation_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Token-level cross-entropy of the decoder.
+
+    Args:
+        logits: `(batch, target_length, vocab_size)` decoder scores.
+        labels: `(batch, target_length)` target ids, `-100` where there is no token.
+
+    Returns:
+        `()`: mean over the target tokens.
+    """
+    return nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,
+                                       label_smoothing=label_smoothing)
+
+
+def training_loss(model, batch: dict[str, torch.Tensor], objective: str, *, temperature: float = 0.05,
+                  margin: float = 0.0, translation_weight: float = 1.0,
+                  ranking_weight: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss of one batch of `training.data.PairBatches` for `objective`, and its detached parts.
+
+    `model` is a `LaserForPreTraining` (possibly wrapped by DDP: it is called, never unwrapped, so that gradients
+    are synchronised). `batch`: `input_ids`/`attention_mask` `(batch, src_len)`, `labels` `(batch, tgt_len)` padded
+    with -100, `target_lang_ids` `(batch,)`.
+    """
+    check_objective(objective)
+    config = getattr(model, "module", model).config
+    labels = batch["labels"]
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if objective != "ranking":
+        inputs.update(decoder_input_ids=shift_tokens_right(labels, config.pad_token_id, config.eos_token_id),
+                      target_lang_ids=batch["target_lang_ids"])
+    if objective != "translation":
+        target_mask = labels.ne(-100)
+        inputs.update(paired_input_ids=labels.masked_fill(~target_mask, config.pad_token_id),
+                      paired_attention_mask=target_mask.long())
+    out = model(**inputs)
+    parts = {}
+    if objective != "ranking":
+        smoothing = float(getattr(config, "label_smoothing", 0.0) or 0.0)
+        parts["translation"] = translation_loss(out.logits, labels, smoothing)
+    if objective != "translation":
+        parts["ranking"] = ranking_loss(out.sentence_embedding, out.paired_sentence_embedding, temperature, margin)
+    if objective == "translation+ranking":
+        loss = translation_weight * parts["translation"] + ranking_weight * parts["ranking"]
+    else:
+        loss = parts[objective]
+    return loss, {k: v.detach() for k, v in parts.items()}
