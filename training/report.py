@@ -8,6 +8,12 @@
   preprocessing language is one of the run's source languages; error of nearest-neighbour search by cosine, xx→en
   and en→xx, in percent (the paper's measure, `evaluation/tatoeba.py`).
 
+Options: `--tatoeba-langs all` evaluates all 112 Tatoeba v1 languages (`focus`: the 12 of `FOCUS`; default `run`:
+those of the run's source languages); `--bucc-dir ../shared/data/mining` adds BUCC-style mining F1 (de/fr/ru/zh-en:
+threshold optimised on the `training` split, F1 on `sample`) for both encoders; `--curve` adds a table of FLORES and
+Tatoeba (the 12 languages of `FOCUS`) errors against training minutes, one row per encoder snapshot
+(`training.snapshot_encoders`); `--plot` writes `tatoeba.png` (error per language, sorted).
+
 Writes `OUT/report.json` and `OUT/report.md`, and prints the Markdown.
 """
 
@@ -24,6 +30,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: make `evaluation` (and, if not installed, `hf_laser`) importable
     sys.path.insert(0, str(REPO))
     sys.path.append(str(REPO / "src"))
+
+
+# High-resource European languages of the laser-mini target (mean Tatoeba error, both directions)
+FOCUS = ["deu", "fra", "spa", "ita", "por", "nld", "pol", "ces", "rus", "tur", "fin", "swe"]
+BUCC_PAIRS = ["de-en", "fr-en", "ru-en", "zh-en"]
+# a language whose xx→en error is at least this (%) is listed as one the encoder is useless for
+USELESS_ERROR = 90.0
 
 
 def base_language(code: str) -> str:
@@ -65,7 +78,45 @@ def tatoeba_errors(model_dir: Path, langs: list[str], folder: Path, device: str 
     return evaluate_tatoeba(cache, langs, folder=folder, show_progress=False, log=lambda *_: None)
 
 
-def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None) -> dict:
+def bucc_f1(model_dir: Path, folder: Path, device: str | None) -> dict:
+    """`{pair: F1 %}` of margin-based mining (threshold from the `training` split, F1 on `sample`)."""
+    from evaluation.bucc import evaluate_bucc
+    from hf_laser import LaserEncoder
+
+    encoder = LaserEncoder.from_pretrained(model_dir, device=device)
+    pairs = [pair for pair in BUCC_PAIRS if (folder / pair).is_dir()]
+    if not pairs:
+        raise FileNotFoundError(f"no BUCC pair folder ({', '.join(BUCC_PAIRS)}) in {folder}")
+    return {pair: round(100 * evaluate_bucc(encoder, folder, pair, "training", "sample")["eval"]["f1"], 2)
+            for pair in pairs}
+
+
+def focus_mean(tatoeba: dict) -> float | None:
+    """Mean Tatoeba error over `FOCUS` and both directions (None unless every FOCUS language was evaluated)."""
+    if not all(lang in tatoeba for lang in FOCUS):
+        return None
+    return round(sum(tatoeba[lang][key] for lang in FOCUS for key in ("xx2en_error", "en2xx_error"))
+                 / (2 * len(FOCUS)), 2)
+
+
+def curve(run: Path, rows: list[dict], tatoeba_dir: Path | None, device: str | None) -> list[dict]:
+    """One row per encoder snapshot (`OUT/encoders/step-N`): minutes, FLORES mean, FOCUS Tatoeba mean."""
+    points = []
+    for snapshot in sorted((run / "encoders").glob("step-*")):
+        state = json.loads((snapshot / "training_state.json").read_text())
+        flores = flores_errors(rows, state["step"])
+        point = {"step": state["step"], "minutes": state["minutes"],
+                 "flores": round(sum(flores.values()) / len(flores), 2) if flores else None}
+        if tatoeba_dir is not None:
+            point["tatoeba_focus"] = focus_mean(tatoeba_errors(snapshot, FOCUS, tatoeba_dir, device))
+        points.append(point)
+    if not points:
+        raise FileNotFoundError(f"{run / 'encoders'} has no snapshot: train with training.snapshot_encoders: true")
+    return points
+
+
+def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None, *, tatoeba_langs: str = "run",
+                 bucc_dir: Path | None = None, with_curve: bool = False) -> dict:
     for name in ("final", "untrained"):
         if not (run / name / "config.json").is_file():
             raise FileNotFoundError(f"{run / name} is missing: the run has not finished, or predates "
@@ -78,10 +129,25 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None)
     report = {"run": str(run), "exported_step": state["step"], "validation_path": cfg["validation"]["path"],
               "flores": {"untrained": flores_errors(rows, 0), "trained": flores_errors(rows, state["step"])}}
     if tatoeba_dir is not None:
-        langs = tatoeba_languages(sources, tatoeba_dir)
+        from evaluation.tatoeba import available_languages
+
+        if tatoeba_langs == "all":
+            langs = [lang for lang in available_languages(tatoeba_dir) if lang != "eng"]
+        elif tatoeba_langs == "focus":
+            langs = list(FOCUS)
+        else:
+            langs = tatoeba_languages(sources, tatoeba_dir)
         report["tatoeba"] = {"languages": langs,
                              "untrained": tatoeba_errors(run / "untrained", langs, tatoeba_dir, device),
                              "trained": tatoeba_errors(run / "final", langs, tatoeba_dir, device)}
+        report["tatoeba"]["focus_mean"] = {model: focus_mean(report["tatoeba"][model])
+                                           for model in ("untrained", "trained")}
+        report["tatoeba"]["useless"] = [lang for lang in langs
+                                        if report["tatoeba"]["trained"][lang]["xx2en_error"] >= USELESS_ERROR]
+    if bucc_dir is not None:
+        report["bucc"] = {model: bucc_f1(run / model, bucc_dir, device) for model in ("untrained", "final")}
+    if with_curve:
+        report["curve"] = curve(run, rows, tatoeba_dir, device)
     return report
 
 
@@ -112,6 +178,24 @@ def to_markdown(report: dict) -> str:
             cells = [_cell(tat[model], lang, key) for key in ("xx2en_error", "en2xx_error")
                      for model in ("untrained", "trained")]
             lines.append(f"| {lang} | {' | '.join(cells)} | {tat['trained'].get(lang, {}).get('n', '')} |")
+        focus = tat.get("focus_mean", {})
+        if focus.get("trained") is not None:
+            lines += ["", f"Mean Tatoeba error over {', '.join(FOCUS)} (both directions): "
+                          f"{focus['untrained']:.1f} % untrained → {focus['trained']:.1f} % trained."]
+        if tat.get("useless"):
+            lines += ["", f"Languages with an xx→en error of {USELESS_ERROR:.0f} % or more, for which the encoder is "
+                          f"useless: {', '.join(tat['useless'])}."]
+    if "bucc" in report:
+        b = report["bucc"]
+        lines += ["", "BUCC-style mining F1 (%) on `mining/` (threshold from `training`, F1 on `sample`):", "",
+                  "| pair | untrained | trained |", "|---|---|---|"]
+        lines += [f"| {pair} | {b['untrained'][pair]:.1f} | {b['final'][pair]:.1f} |" for pair in b["final"]]
+    if "curve" in report:
+        lines += ["", "Error (%) against training time (minutes since the launch, data preparation included):", "",
+                  f"| step | minutes | FLORES mean | Tatoeba mean ({len(FOCUS)} languages, both directions) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {p['step']} | {p['minutes']:.1f} | {_cell(p, 'flores')} | {_cell(p, 'tatoeba_focus')} |"
+                  for p in report["curve"]]
     return "\n".join(lines) + "\n"
 
 
@@ -121,18 +205,29 @@ def main(argv=None) -> int:
     parser.add_argument("--tatoeba-dir", default=str(REPO.parent / "shared" / "data" / "tatoeba" / "v1"),
                         help="LASER-format Tatoeba folder; 'none' to skip Tatoeba")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    parser.add_argument("--tatoeba-langs", choices=["run", "all", "focus"], default="run",
+                        help="run: the Tatoeba languages of the run's source languages (default); all: every one; "
+                             "focus: the 12 of FOCUS")
+    parser.add_argument("--bucc-dir", default=None, help="BUCC-format mining folder (e.g. ../shared/data/mining)")
+    parser.add_argument("--curve", action="store_true", help="errors against minutes, one row per encoder snapshot")
+    parser.add_argument("--plot", action="store_true", help="write OUT/tatoeba.png (error per language, sorted)")
     args = parser.parse_args(argv)
     run = Path(args.run)
     tatoeba_dir = None if args.tatoeba_dir == "none" else Path(args.tatoeba_dir)
     if tatoeba_dir is not None and not tatoeba_dir.is_dir():
         parser.error(f"--tatoeba-dir {tatoeba_dir} not found (or pass --tatoeba-dir none)")
     try:
-        report = build_report(run, tatoeba_dir, args.device)
+        report = build_report(run, tatoeba_dir, args.device, tatoeba_langs=args.tatoeba_langs,
+                              bucc_dir=Path(args.bucc_dir) if args.bucc_dir else None, with_curve=args.curve)
     except FileNotFoundError as err:
         parser.error(str(err))
     (run / "report.json").write_text(json.dumps(report, indent=1))
     markdown = to_markdown(report)
     (run / "report.md").write_text(markdown)
+    if args.plot and "tatoeba" in report:
+        from evaluation.report import plot_results
+
+        plot_results({"tatoeba": report["tatoeba"]["trained"]}, run, title=run.resolve().name)
     print(markdown)
     return 0
 
