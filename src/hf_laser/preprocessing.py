@@ -27,8 +27,12 @@ tools (``shared/reference``).  Things that matter and are easy to get wrong:
   ``(\.+)\"(\s*[^<])`` also fires on a final ``."``).
 * ``tokenizer.perl`` passes a line that is empty or whitespace-only (Perl's Unicode
   ``\s``, which includes U+00A0) through unchanged.
-* The Moses tokenizer of RELEASE-4.0 has no Catalan middle-dot rule, no "split the last
-  word" rule, and ``ca`` uses the generic apostrophe rule.
+* The Moses tokenizer of RELEASE-4.0 has no Finnish/Swedish colon rule (``tv:n`` ->
+  ``tv : n`` for every language; the rule came with mosesdecoder PR #191 in February 2018),
+  no Catalan middle-dot rule, no "split the last word" rule, no ``so``/``tdt`` apostrophe
+  rule, and ``ca`` uses the generic apostrophe rule.  Its only language-specific rules are
+  the apostrophe rules (``en``; ``fr``/``it``/``ga``; all others) and the choice of the
+  non-breaking-prefix file.
 
 Why not :mod:`sacremoses`
 -------------------------
@@ -46,8 +50,8 @@ wrong), so the rules are re-implemented here and sacremoses is not imported at a
 * tokenizer: non-breaking prefixes are stripped when loaded (Perl keeps trailing blanks and
   ``\r``, which disables such entries); words are split with ``str.split()`` (Perl's
   ``split(/\s/)`` keeps empty fields, which matters for the "next word is lower-case"
-  test); no fi/sv colon rule and no ``ga`` apostrophe rule; whitespace-only lines are not
-  passed through; whitespace is collapsed with Python's ``\s`` (includes U+001C-U+001F);
+  test); no ``ga`` apostrophe rule; whitespace-only lines are not passed through;
+  whitespace is collapsed with Python's ``\s`` (includes U+001C-U+001F);
   the multi-dot handling is rewritten (differs on a literal ``DOTMULTI`` in the text); the
   shipped prefix files are newer than RELEASE-4.0 (``ta``, ``sv``, ``en``, ``ca``, ...);
 * the installed sacremoses (0.2.0) is not the pinned one (0.1.1): a moving target.
@@ -584,14 +588,10 @@ class _TokenizerRules:
     def __init__(self, lang: str, full: bool):
         c = _Classes(full)
         ws = _PERL_WS_CLASS
-        if lang in ("fi", "sv"):
-            # the colon can be used inside words as an apostrophe-like character
-            self.pad = re.compile("(" + c.neg("Alnum", ws + ".:'`,\\-") + ")")
-            # if a colon is not immediately followed by lower-case characters, separate it
-            self.colon: re.Pattern | None = re.compile(f"(:)(?=$|{c.neg('Ll')})")
-        else:
-            self.pad = re.compile("(" + c.neg("Alnum", ws + ".'`,\\-") + ")")
-            self.colon = None
+        # s/([^\p{IsAlnum}\s\.\'\`\,\-])/ $1 /g -- the same for every language in
+        # RELEASE-4.0: the fi/sv rule that keeps word-internal colons ("USA:n", "tv:n")
+        # came with mosesdecoder PR #191 (merged 2018-02-16), after the tag (2017-09-26).
+        self.pad = re.compile("(" + c.neg("Alnum", ws + ".'`,\\-") + ")")
         self.comma1 = re.compile(f"({c.neg('N')})[,]")
         self.comma2 = re.compile(f"[,]({c.neg('N')})")
         self.comma3 = re.compile(f"({c.pos('N')})[,]$")
@@ -659,8 +659,6 @@ class _MosesTokenizer:
 
         # separate out all "other" special characters
         text = r.pad.sub(_PAD, text)
-        if r.colon is not None and ":" in text:
-            text = r.colon.sub(_PAD, text)
 
         # multi-dots stay together
         if ".." in text:
