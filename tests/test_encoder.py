@@ -103,7 +103,7 @@ def test_line_reading_keeps_alignment(tmp_path):
     assert count_lines(tmp_path / "empty.txt") == 0
 
 
-def test_encode_file_fp16_and_resume(encoder, tmp_path, fra_lines):
+def test_encode_file_fp16_and_resume(encoder, tmp_path, fra_lines, capsys):
     src = REFERENCE / "tatoeba" / "tatoeba.fra-eng.fra.bpe"
     ref = reference_embeddings("tatoeba.fra-eng.fra")
     out32 = encoder.encode_file(src, tmp_path / "e32.npy", pretokenized=True, chunk_lines=30)
@@ -111,7 +111,8 @@ def test_encode_file_fp16_and_resume(encoder, tmp_path, fra_lines):
     out16 = encoder.encode_file(src, tmp_path / "e16.npy", pretokenized=True, fp16=True)
     assert out16.dtype == np.float16 and np.abs(out16.astype(np.float32) - ref).max() < 1e-2
 
-    # an interrupted run: 40 lines written, progress file says so, the rest is garbage
+    # an interrupted run of hf-laser <= 0.1.0 (written in place, OUT.progress.json, no manifest) cannot be checked:
+    # it is recomputed, never returned as complete
     partial = np.lib.format.open_memmap(tmp_path / "r.npy", mode="w+", dtype=np.float32, shape=(100, 96))
     partial[:40] = ref[:40]
     partial[40:] = np.nan
@@ -119,14 +120,23 @@ def test_encode_file_fp16_and_resume(encoder, tmp_path, fra_lines):
     del partial
     (tmp_path / "r.npy.progress.json").write_text(json.dumps({"lines_done": 40}))
     resumed = encoder.encode_file(src, tmp_path / "r.npy", pretokenized=True, chunk_lines=25)
+    assert "older hf-laser" in capsys.readouterr().err
     assert np.abs(resumed - ref).max() <= 1e-5
-    assert not (tmp_path / "r.npy.progress.json").exists()
-    # complete output is reused; a mismatching one is an error unless resume=False
-    assert np.array_equal(encoder.encode_file(src, tmp_path / "r.npy", pretokenized=True), resumed)
+    assert not (tmp_path / "r.npy.progress.json").exists() and not (tmp_path / "r.npy.partial").exists()
+    # a complete output of the same computation is reused as is
+    assert np.array_equal(encoder.encode_file(src, tmp_path / "r.npy", pretokenized=True, chunk_lines=25), resumed)
+    assert "up to date" in capsys.readouterr().err
+    # a .npy of another shape without manifest is recomputed; a file that is no .npy is never overwritten silently
     np.save(tmp_path / "bad.npy", np.zeros((3, 96), np.float32))
-    with pytest.raises(ValueError, match="exists with shape"):
-        encoder.encode_file(src, tmp_path / "bad.npy", pretokenized=True)
-    assert encoder.encode_file(src, tmp_path / "bad.npy", pretokenized=True, resume=False).shape == (100, 96)
+    assert encoder.encode_file(src, tmp_path / "bad.npy", pretokenized=True).shape == (100, 96)
+    assert "no manifest" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    with pytest.raises(ValueError, match="is not a .npy file"):
+        encoder.encode_file(src, tmp_path / "notes.txt", pretokenized=True)
+    assert encoder.encode_file(src, tmp_path / "notes.txt", pretokenized=True, resume=False).shape == (100, 96)
+    # a complete run writes exactly what np.save writes (same header, same bytes)
+    np.save(tmp_path / "saved.npy", np.asarray(out32))
+    assert (tmp_path / "saved.npy").read_bytes() == (tmp_path / "e32.npy").read_bytes()
 
 
 def test_cli_embed_stdin(tiny_dictionary_dir, tmp_path, monkeypatch, fra_lines):

@@ -384,7 +384,7 @@ def test_bucc_hub_loader_arguments(monkeypatch):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_bad_inputs(rand_xy, tmp_path, monkeypatch):
+def test_bad_inputs(rand_xy, tmp_path, monkeypatch, capsys):
     x, y = rand_xy
     with pytest.raises(ValueError, match="dimension mismatch"):
         M.mine(x, y[:, :10], show_progress=False)
@@ -412,12 +412,14 @@ def test_bad_inputs(rand_xy, tmp_path, monkeypatch):
     empty.write_text("", encoding="utf-8")
     full = tmp_path / "full.txt"
     full.write_text("c1 x\nc2 y\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="empty.txt is empty"):
-        _cli(monkeypatch, ConceptEncoder(), [str(empty), str(full), "-o", str(tmp_path / "o.tsv"), "--k", "1"])
-    with pytest.raises(FileNotFoundError):
-        _cli(monkeypatch, ConceptEncoder(), [str(tmp_path / "nope"), str(full), "-o", str(tmp_path / "o.tsv")])
-    with pytest.raises(ValueError, match="larger than the target corpus"):
-        _cli(monkeypatch, ConceptEncoder(), [str(full), str(full), "-o", str(tmp_path / "o.tsv")])
+    # the command line reports user errors in one line, exit status 2
+    capsys.readouterr()
+    for argv, message in (([str(empty), str(full), "--k", "1"], "empty.txt is empty"),
+                          ([str(tmp_path / "nope"), str(full)], "input file not found: "),
+                          ([str(full), str(full)], "larger than the target corpus")):
+        assert _cli(monkeypatch, ConceptEncoder(), [*argv, "-o", str(tmp_path / "o.tsv")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("hf-laser mine: error: ") and message in err[0], err
     if not M.faiss_gpu_available():
         with pytest.raises(RuntimeError, match="faiss sees no GPU"):
             M.knn_search(x, y, 4, device="cuda", show_progress=False)
@@ -436,6 +438,7 @@ def _cli(monkeypatch, encoder, argv, model="unused"):
     import hf_laser.encoder as E
 
     monkeypatch.setattr(E.LaserEncoder, "from_pretrained", classmethod(lambda cls, *a, **k: encoder))
+    monkeypatch.setattr(M, "load_encoder_for_cli", lambda *a, **k: encoder)
     return M.main(["mine", "--model", model, "--src-lang", "de", "--tgt-lang", "en", "--knn-device", "cpu",
                    "--no-progress", *argv])
 

@@ -1,4 +1,4 @@
-"""`hf-laser` command line: convert, embed, tokenize, mine, push.
+"""`hf-laser` command line: convert, embed, tokenize, mine, similar, push.
 
 Each subcommand's arguments and handler live next to the code they drive (`add_*_arguments` / `run_*`); this file
 only assembles them, importing each module when its subcommand runs so that `hf-laser embed` does not import faiss.
@@ -20,12 +20,15 @@ SUBCOMMANDS = {
     "tokenize": ("tokenization_laser", "add_tokenize_arguments", "run_tokenize",
                  "run the LASER preprocessing (+ BPE/SentencePiece) over a file, one output line per input line"),
     "mine": ("mining", "add_mine_arguments", "run_mine", "mine parallel sentences with margin-based scoring"),
+    "similar": ("similar", "add_similar_arguments", "run_similar",
+                "print the nearest neighbours of sentences among other sentences (any languages)"),
     "push": ("hub", "add_push_arguments", "run_push", "upload a model directory (+ card and results) to the Hub"),
 }
 
 
 def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="model directory (from hf-laser convert) or Hub id")
+    parser.add_argument("--model", default=None,
+                        help="model directory (from hf-laser convert) or Hub id (default: the shipped laser-mini)")
     parser.add_argument("--lang", default="en", help="language code of the input (default: en)")
     parser.add_argument("--pretokenized", action="store_true",
                         help="input lines are already BPE/SentencePiece tokens separated by spaces")
@@ -40,8 +43,11 @@ def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation of the LSTM (CPU only)")
     parser.add_argument("--num-proc", type=int, default=1, help="processes for the text preprocessing")
     parser.add_argument("--overwrite", action="store_true",
-                        help="start over instead of resuming an interrupted output")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+                        help="recompute from scratch, ignoring an earlier or interrupted output (by default an output "
+                        "computed from the same input, model and options is reused or resumed, anything else is "
+                        "recomputed with a message; stdin input is never resumed)")
+    parser.add_argument("--no-progress", "-q", "--quiet", dest="no_progress", action="store_true",
+                        help="no progress bar (there is none either when stderr is not a terminal)")
 
 
 def run_embed(args: argparse.Namespace) -> int:

@@ -3,19 +3,22 @@
 Example::
 
     from hf_laser import LaserEncoder
-    encoder = LaserEncoder.from_pretrained("laser-93langs")
+    encoder = LaserEncoder.from_pretrained()          # the shipped default model (laser-mini), or a directory / Hub id
     embeddings = encoder.encode(["Hello world.", "Bonjour le monde."], lang=["en", "fr"])   # (2, 1024) float32
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from itertools import chain, islice
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +26,15 @@ import torch
 from tqdm.auto import tqdm
 
 from .modeling_laser import LaserModel
+from .models import resolve_model
 from .tokenization_laser import LaserTokenizer
 from .tokenization_laser import read_lines as tokenizer_read_lines
 
 DEFAULT_MAX_TOKENS = 12000  # the original SentenceEncoder's token budget
-PROGRESS_BAR_MIN_SENTENCES = 10_000
+DEFAULT_CHUNK_LINES = 100_000  # lines `encode_file` holds in memory at a time
+PROGRESS_BAR_MIN_SENTENCES = 10_000  # `encode`'s default progress-bar threshold
+PROGRESS_BAR_DELAY_S = 2.0  # `encode_file`'s bar appears only for runs longer than this
+MANIFEST_FORMAT = "hf-laser-embeddings/1"
 
 
 def plan_batches(lengths: Sequence[int], max_tokens: int | None = DEFAULT_MAX_TOKENS,
@@ -94,6 +101,277 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# What an embedding file was computed from (its manifest), and writing it safely
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class UsageError(ValueError):
+    """A mistake in what the user asked for (missing file, not a model directory...): the command line reports it
+    in one line and exits with status 2."""
+
+
+class EmbeddingWriteError(OSError):
+    """Disk full / I/O error while writing embeddings. The interrupted state is kept: the same call resumes."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+DISK_ERRNOS = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EIO, errno.EFBIG,
+                                    errno.EROFS) if e is not None)
+
+
+def scan_input(path: str | os.PathLike) -> dict:
+    """One pass over a text file: `{"path", "size", "mtime_ns", "lines", "sha256"}`, `lines` counted as
+    [`count_lines`] does and `sha256` over the file's bytes."""
+    path = Path(path)
+    digest, count, last = hashlib.sha256(), 0, b"\n"
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        while block := f.read(1 << 24):
+            digest.update(block)
+            count += block.count(b"\n")
+            last = block[-1:]
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "lines": count + (last != b"\n"), "sha256": digest.hexdigest()}
+
+
+def _package_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+_CONFIG_METADATA = {"architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "use_cache"}
+
+
+def model_sha256(model: torch.nn.Module) -> str:
+    """sha256 of a model's config (without metadata such as its path) and of every tensor of its state dict
+    (name, dtype, shape, bytes). A full hash: ~0.2 s for the 93-language LASER's weights."""
+    digest = hashlib.sha256()
+    config = getattr(model, "config", None)
+    if config is not None:
+        cfg = {k: v for k, v in config.to_dict().items() if not k.startswith("_") and k not in _CONFIG_METADATA}
+        digest.update(json.dumps(cfg, sort_keys=True, default=str).encode())
+    state = model.state_dict()
+    for name in sorted(state):
+        value = state[name]
+        if not isinstance(value, torch.Tensor):
+            digest.update(f"{name}|{type(value).__qualname__}".encode())
+            continue
+        t = value.detach()
+        if t.is_quantized:
+            t = t.int_repr()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        if t.device.type == "meta" or not t.numel():
+            continue
+        t = t.cpu().contiguous().reshape(-1)
+        digest.update((t if t.dtype in (torch.uint8, torch.int8, torch.bool) else t.view(torch.uint8)).numpy().data)
+    return digest.hexdigest()
+
+
+def tokenizer_sha256(tokenizer, vocab: dict | None) -> str | None:
+    """sha256 of what turns text into ids: the vocabulary and the subword files (BPE codes / SentencePiece model)
+    of a `LaserTokenizer`, or the vocabulary alone for a dictionary-only model. None when there is neither."""
+    if tokenizer is None and vocab is None:
+        return None
+    digest = hashlib.sha256()
+    if tokenizer is not None:
+        vocab = tokenizer.get_vocab()
+        digest.update(f"{type(tokenizer).__qualname__}|{getattr(tokenizer, 'mode', None)}|"
+                      f"{getattr(tokenizer, 'laser2_punct_lang', None)}".encode())
+        for key, content in sorted((getattr(tokenizer, "_files", None) or {}).items()):
+            digest.update(key.encode() + b"|" + hashlib.sha256(content).digest())
+    digest.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def embedding_identity(encoder, input_info: dict, *, lang, pretokenized: bool = False, fp16: bool = False,
+                       normalize: bool = False, max_tokens: int | None = DEFAULT_MAX_TOKENS,
+                       batch_size: int | None = None, chunk_lines: int = DEFAULT_CHUNK_LINES) -> dict:
+    """Everything that determines the embeddings of a file (compared before resuming or reusing them): the input's
+    content (sha256, size, lines), language (None for pre-tokenized input), model and tokenizer (hashes, dtype, quantisation), the output options
+    and the batching (which decides float round-off), and the hf-laser version. The input's path and mtime and the
+    device are not part of it (recorded in the manifest for information only)."""
+    model_id = getattr(encoder, "model_identity", None)
+    model_id = model_id() if callable(model_id) else {
+        "model": f"{type(encoder).__module__}.{type(encoder).__qualname__}", "tokenizer": None,
+        "model_dtype": None, "quantize": None}
+    return {
+        "hf_laser": _package_version(),
+        "input_sha256": input_info["sha256"], "input_size": input_info["size"], "lines": input_info["lines"],
+        # pre-tokenized input does not go through the language-specific preprocessing
+        "lang": None if pretokenized else lang if isinstance(lang, str) or lang is None else list(lang),
+        "pretokenized": bool(pretokenized),
+        **model_id,
+        "output_dtype": "float16" if fp16 else "float32", "normalize": bool(normalize),
+        "max_tokens": max_tokens, "batch_size": batch_size, "chunk_lines": chunk_lines,
+    }
+
+
+_IDENTITY_LABELS = {
+    "hf_laser": "hf-laser version", "input_sha256": "input content (sha256)", "input_size": "input size",
+    "lines": "input lines", "lang": "language", "pretokenized": "pretokenized", "model": "model (sha256)",
+    "tokenizer": "tokenizer (sha256)", "model_dtype": "model dtype", "quantize": "quantisation",
+    "output_dtype": "output dtype", "normalize": "normalize", "max_tokens": "max_tokens",
+    "batch_size": "batch_size", "chunk_lines": "chunk_lines",
+}
+
+
+def identity_changes(old: dict, new: dict) -> list[str]:
+    """What differs between two [`embedding_identity`] dicts, as `"language fr -> de"` items (empty: the same)."""
+    def show(v):
+        return f"{v[:12]}…" if isinstance(v, str) and len(v) == 64 else json.dumps(v)
+
+    new = json.loads(json.dumps(new))
+    return [f"{_IDENTITY_LABELS.get(k, k)} {show(old.get(k))} -> {show(new.get(k))}"
+            for k in list(new) + [k for k in old if k not in new] if old.get(k) != new.get(k)]
+
+
+def _say(message: str) -> None:
+    print(f"hf_laser: {message}", file=sys.stderr)
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    """Writes JSON to a temporary file next to `path`, then renames it: `path` is always whole."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _npy_header(path: Path) -> tuple[tuple, np.dtype, int]:
+    """`(shape, dtype, header_length)` of a C-order `.npy` file; ValueError when it is not one."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read is None:
+            raise ValueError(f"unsupported .npy version {version}")
+        shape, fortran, dtype = read(f)
+        if fortran:
+            raise ValueError("Fortran-order array")
+        return tuple(shape), np.dtype(dtype), f.tell()
+
+
+def _preallocate(fd: int, offset: int, length: int) -> None:
+    """Reserves the disk blocks of `[offset, offset + length)`, so that a full disk fails here (ENOSPC), not later.
+    Where the file system cannot (no `posix_fallocate`), the file is extended sparse and writes report ENOSPC."""
+    if length <= 0:
+        return
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, offset, length)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
+                raise
+    if os.fstat(fd).st_size < offset + length:
+        os.ftruncate(fd, offset + length)
+
+
+def _write_at(fd: int, offset: int, data) -> None:
+    """Plain positioned writes (no memory map: a full disk raises ENOSPC here instead of killing with SIGBUS)."""
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+class _OutputFiles:
+    """The files of one `encode_file` output `OUT`: `OUT` (complete), `OUT.manifest.json` (what `OUT` was computed
+    from), `OUT.partial` + `OUT.partial.json` (a run in progress and how far it got), and `OUT.progress.json`
+    (an interrupted run of hf-laser <= 0.1.0, which wrote `OUT` in place)."""
+
+    def __init__(self, output: Path):
+        self.output = output
+        self.manifest = output.with_name(output.name + ".manifest.json")
+        self.partial = output.with_name(output.name + ".partial")
+        self.progress = output.with_name(output.name + ".partial.json")
+        self.legacy_progress = output.with_name(output.name + ".progress.json")
+
+    def complete_status(self, identity: dict, shape: tuple, dtype: np.dtype) -> str | None:
+        """None when `OUT` is complete and was computed from `identity`; otherwise why it cannot be used ("" when
+        there is no `OUT`). Raises when `OUT` exists but is no `.npy` file (never overwritten without asking)."""
+        if not self.output.exists():
+            return ""
+        try:
+            out_shape, out_dtype, _ = _npy_header(self.output)
+        except (ValueError, OSError, EOFError) as err:
+            raise UsageError(f"{self.output} exists and is not a .npy file of embeddings ({err}); "
+                             "remove it, or pass --overwrite / resume=False to replace it") from None
+        if not self.manifest.exists():
+            if self.legacy_progress.exists():
+                return "it holds an interrupted run of an older hf-laser (no manifest), which cannot be checked"
+            return "it has no manifest (written by an older hf-laser or another program), so what it holds " \
+                   "cannot be checked"
+        try:
+            manifest = _read_json(self.manifest)
+            old, recorded = manifest["identity"], manifest["output"]
+        except (ValueError, KeyError, TypeError, OSError) as err:
+            return f"its manifest {self.manifest.name} is unreadable ({type(err).__name__})"
+        if manifest.get("format") != MANIFEST_FORMAT:
+            return f"its manifest has format {manifest.get('format')!r}, this hf-laser writes {MANIFEST_FORMAT!r}"
+        st = self.output.stat()
+        if (st.st_size, st.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
+            return "it was modified or replaced after its manifest was written (size/mtime differ)"
+        if changes := identity_changes(old, identity):
+            return "it was computed from something else: " + "; ".join(changes)
+        if out_shape != shape or out_dtype != dtype:
+            return f"it holds {out_shape} {out_dtype}, expected {shape} {dtype}"
+        return None
+
+    def resumable_lines(self, identity: dict, shape: tuple, dtype: np.dtype, say) -> int | None:
+        """Lines already done by an interrupted run of the same computation; None (and the reason said) when there
+        is none to resume or it cannot be trusted."""
+        if not self.partial.exists() and not self.progress.exists():
+            return None
+        why = None
+        if not self.progress.exists():
+            why = f"{self.partial.name} has no progress record (a run killed before its first chunk was saved)"
+        elif not self.partial.exists():
+            why = f"{self.progress.name} has no {self.partial.name} to go with it"
+        else:
+            try:
+                state = _read_json(self.progress)
+                if not isinstance(state, dict) or state.get("format") != MANIFEST_FORMAT:
+                    fmt = state.get("format") if isinstance(state, dict) else None
+                    why = f"its progress record has format {fmt!r}, not {MANIFEST_FORMAT!r} (another hf-laser version)"
+                else:
+                    old, done = state["identity"], state["lines_done"]
+            except (ValueError, KeyError, TypeError, OSError) as err:
+                why = f"its progress record {self.progress.name} is unreadable ({type(err).__name__})"
+            if why is None and (changes := identity_changes(old, identity)):
+                why = "it was computing something else: " + "; ".join(changes)
+            if why is None and (not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= shape[0]):
+                why = f"its progress record claims {done!r} lines done, the input has {shape[0]}"
+            if why is None:
+                try:
+                    p_shape, p_dtype, header = _npy_header(self.partial)
+                    if (p_shape, p_dtype) != (shape, dtype):
+                        why = f"{self.partial.name} holds {p_shape} {p_dtype}, expected {shape} {dtype}"
+                    elif self.partial.stat().st_size < header + done * shape[1] * dtype.itemsize:
+                        why = f"{self.partial.name} is truncated"
+                except (ValueError, OSError, EOFError) as err:
+                    why = f"{self.partial.name} is not a valid .npy file ({err})"
+            if why is None:
+                return done
+        say(f"not resuming the interrupted run for {self.output} ({why}): starting over")
+        self.discard_partial()
+        return None
+
+    def discard_partial(self) -> None:
+        self.progress.unlink(missing_ok=True)
+        self.partial.unlink(missing_ok=True)
+
+
 class LaserEncoder:
     """A LASER model plus its tokenizer, for people who just want sentence vectors.
 
@@ -111,20 +389,28 @@ class LaserEncoder:
         self.vocab = vocab
         self.eos_id = model.config.eos_token_id
         self.unk_id = model.config.unk_token_id
+        quantized = any(type(m).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized"))
+                        for m in model.modules())
+        self.quantize = "int8" if quantized else None
+        self._model_sha256: str | None = None  # of the weights as loaded (before a dtype cast / quantisation)
+        self._tokenizer_sha256: str | None = None
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, device: str | torch.device | None = None,
+    def from_pretrained(cls, path: str | os.PathLike | None = None, device: str | torch.device | None = None,
                         dtype: torch.dtype | None = None, quantize: str | None = None, **kwargs) -> LaserEncoder:
         """Loads model and tokenizer from a directory written by `hf-laser convert` / `save_pretrained` (or a Hub id).
 
         Args:
-            path: local directory or Hub repo id.
+            path: local directory or Hub repo id; None: the model shipped with the package
+                (`hf_laser.DEFAULT_MODEL`, laser-mini), announced once on stderr.
             device: where the model runs (default: CPU).
             dtype: model dtype (`torch.float32` default; `torch.bfloat16`/`torch.float16` trade fidelity for speed).
             quantize: `"int8"` applies dynamic int8 quantisation to the LSTM (CPU only; ~2x faster, embeddings no
                 longer within 1e-5 of the original: see README, "Embedding throughput").
         """
+        path = resolve_model(path, who="LaserEncoder")
         model = LaserModel.from_pretrained(path, **kwargs)
+        weights_sha256 = model_sha256(model) if dtype is not None or quantize is not None else None
         if dtype is not None:
             model = model.to(dtype)
         if quantize is not None:
@@ -142,7 +428,22 @@ class LaserEncoder:
             vocab_file = Path(path) / "vocab.json"
             if vocab_file.is_file():
                 vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
-        return cls(model, tokenizer, vocab)
+        encoder = cls(model, tokenizer, vocab)
+        encoder._model_sha256 = weights_sha256
+        return encoder
+
+    def model_identity(self) -> dict:
+        """What identifies this encoder's numbers: `{"model": sha256 of config + weights (as loaded, before any dtype
+        cast or quantisation), "tokenizer": sha256 of vocabulary + subword files, "model_dtype", "quantize"}`.
+        The hashes are computed once (full hashes of the tensors in memory; see [`model_sha256`])."""
+        if self._model_sha256 is None:
+            self._model_sha256 = model_sha256(self.model)
+        if self._tokenizer_sha256 is None:
+            self._tokenizer_sha256 = tokenizer_sha256(self.tokenizer, self.vocab)
+        dtype = next((p.dtype for p in self.model.parameters() if p.is_floating_point()), None)
+        return {"model": self._model_sha256, "tokenizer": self._tokenizer_sha256,
+                "model_dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
+                "quantize": self.quantize}
 
     @property
     def dim(self) -> int:
@@ -180,9 +481,11 @@ class LaserEncoder:
     @torch.inference_mode()
     def encode_ids(self, ids: Sequence[Sequence[int]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                    batch_size: int | None = None, device: str | torch.device | None = None,
-                   show_progress_bar: bool | None = None) -> torch.Tensor:
+                   show_progress_bar: bool | None = None,
+                   progress: Callable[[int], None] | None = None) -> torch.Tensor:
         """Embeds id sequences (each ending with `</s>`). Returns a CPU float32 tensor `(len(ids), dim)` in input
-        order, whatever the model dtype."""
+        order, whatever the model dtype. `progress`, if given, is called with the number of (distinct) sentences
+        of each batch once it is embedded."""
         if device is not None and torch.device(device) != self.device:
             self.model.to(device)
         device = self.device
@@ -215,6 +518,8 @@ class LaserEncoder:
                                  attention_mask=torch.from_numpy(mask).to(device, non_blocking=True)).pooler_output
                 unique_out[torch.from_numpy(batch)] = emb.float().cpu()
                 bar.update(len(batch))
+                if progress is not None:
+                    progress(len(batch))
         torch.index_select(unique_out, 0, torch.from_numpy(inverse), out=out)
         return out
 
@@ -261,86 +566,309 @@ class LaserEncoder:
 
     def encode_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, lang: str = "en",
                     pretokenized: bool = False, fp16: bool = False, max_tokens: int | None = DEFAULT_MAX_TOKENS,
-                    batch_size: int | None = None, chunk_lines: int = 100_000, normalize_embeddings: bool = False,
-                    device: str | torch.device | None = None, show_progress_bar: bool | None = None,
-                    resume: bool = True, num_proc: int = 1) -> np.ndarray:
+                    batch_size: int | None = None, chunk_lines: int = DEFAULT_CHUNK_LINES,
+                    normalize_embeddings: bool = False, device: str | torch.device | None = None,
+                    show_progress_bar: bool | None = None, resume: bool = True, num_proc: int = 1) -> np.ndarray:
         """Embeds a text file (one sentence per line, split on `'\\n'` only) into a `.npy` file, streaming.
 
-        The output is a memory-mapped `(lines, dim)` array written chunk by chunk (`chunk_lines` lines in memory at a
-        time); a `OUTPUT.progress.json` side file records the lines done, so a killed run continues where it
-        stopped when called again with `resume=True`. An existing complete output of the right shape is returned
-        as is.
+        The rows are written chunk by chunk (`chunk_lines` lines in memory at a time) into `OUTPUT.partial`, which
+        is renamed to `OUTPUT` once complete, so `OUTPUT` is never a half-written file. `OUTPUT.manifest.json`
+        records what `OUTPUT` was computed from (see [`embedding_identity`]: the input's sha256, size and line count,
+        the language, hashes of the model weights and tokenizer files, model dtype, quantisation, `fp16`,
+        `normalize_embeddings`, the batching, the hf-laser version; plus, for information, the input's path and
+        mtime, the device and the timing). With `resume=True`:
+
+        - a complete `OUTPUT` whose manifest matches is returned as is;
+        - an interrupted run of the same computation (`OUTPUT.partial` + `OUTPUT.partial.json`) continues where
+          it stopped, and ends bit-identical to an uninterrupted run;
+        - anything else (different input, language, model or options; no manifest, e.g. a file from an older
+          hf-laser; a modified, truncated or unreadable file) is recomputed, and a line on stderr says why.
+
+        `resume=False` always recomputes. An `OUTPUT` that is not a `.npy` file is never replaced without
+        `resume=False`. The disk space is reserved before the first chunk (`posix_fallocate`): a full disk or an
+        I/O error raises [`EmbeddingWriteError`] and keeps what was done, so the same call resumes.
 
         Returns:
             The output as a read-only memory-mapped array (float32, or float16 with `fp16=True`).
         """
+        return self._encode_file(input_path, output_path, lang=lang, pretokenized=pretokenized, fp16=fp16,
+                                 max_tokens=max_tokens, batch_size=batch_size, chunk_lines=chunk_lines,
+                                 normalize_embeddings=normalize_embeddings, device=device,
+                                 show_progress_bar=show_progress_bar, resume=resume, num_proc=num_proc)[0]
+
+    def _encode_file(self, input_path, output_path, *, lang, pretokenized, fp16, max_tokens, batch_size, chunk_lines,
+                     normalize_embeddings, device, show_progress_bar, resume, num_proc, say=_say,
+                     fresh_reason: str = "resume=False") -> tuple[np.ndarray, dict]:
+        """[`encode_file`], also returning `{"lines", "computed", "resumed_at", "reused", "seconds"}`."""
+        t0 = time.perf_counter()
         input_path, output_path = Path(input_path), Path(output_path)
         if not input_path.is_file():
-            raise FileNotFoundError(f"input not found: {input_path}")
+            raise FileNotFoundError(f"input file not found: {input_path}")
         if chunk_lines <= 0:
             raise ValueError(f"chunk_lines must be positive, got {chunk_lines}")
-        n = count_lines(input_path)
-        dtype = np.float16 if fp16 else np.float32
-        progress_path = output_path.with_name(output_path.name + ".progress.json")
-        done = 0
-        if resume and output_path.exists():
-            try:
-                existing = np.load(output_path, mmap_mode="r+")
-            except ValueError as err:
-                raise ValueError(f"{output_path} exists but is not a .npy file; remove it or pass resume=False") from err
-            if existing.shape != (n, self.dim) or existing.dtype != dtype:
-                raise ValueError(
-                    f"{output_path} exists with shape {existing.shape} {existing.dtype}, expected ({n}, {self.dim}) "
-                    f"{np.dtype(dtype)} for {input_path}; remove it or pass resume=False"
-                )
-            if not progress_path.exists():
-                return np.load(output_path, mmap_mode="r")
-            done = int(json.loads(progress_path.read_text())["lines_done"])
-            out = existing
-        else:
+        if output_path.is_dir():
+            raise UsageError(f"output {output_path} is a directory; give a .npy file name")
+        if output_path.exists() and output_path.samefile(input_path):
+            raise UsageError(f"output {output_path} is the input file")
+        info = scan_input(input_path)
+        n, dim = info["lines"], self.dim
+        dtype = np.dtype(np.float16 if fp16 else np.float32)
+        shape = (n, dim)
+        identity = embedding_identity(self, info, lang=lang, pretokenized=pretokenized, fp16=fp16,
+                                      normalize=normalize_embeddings, max_tokens=max_tokens, batch_size=batch_size,
+                                      chunk_lines=chunk_lines)
+        files = _OutputFiles(output_path)
+        stats = {"lines": n, "computed": 0, "resumed_at": 0, "reused": False, "seconds": 0.0}
+        done = None
+        if resume:
+            why = files.complete_status(identity, shape, dtype)
+            if why is None:
+                say(f"{output_path} is up to date (same input, model and options): reused "
+                    f"({'--overwrite' if say is not _say else 'resume=False'} recomputes it)")
+                stats.update(reused=True, seconds=time.perf_counter() - t0)
+                return np.load(output_path, mmap_mode="r"), stats
+            done = files.resumable_lines(identity, shape, dtype, say)
+            if why and done is None:
+                say(f"recomputing {output_path}: {why}")
+            elif done is not None:
+                say(f"resuming {output_path} at line {done:,} of {n:,}")
+        elif output_path.exists() or files.partial.exists():
+            say(f"recomputing {output_path} from scratch ({fresh_reason})")
+        if done is None:
+            files.discard_partial()
             output_path.parent.mkdir(parents=True, exist_ok=True)
-            out = np.lib.format.open_memmap(output_path, mode="w+", dtype=dtype, shape=(n, self.dim))
-            progress_path.write_text(json.dumps({"lines_done": 0, "input": str(input_path)}))
-        if show_progress_bar is None:
-            show_progress_bar = n >= PROGRESS_BAR_MIN_SENTENCES
-        chunks = batched(read_lines(input_path, start=done), chunk_lines)
-        tokenize = partial(self.token_ids, lang=lang, pretokenized=pretokenized, num_proc=num_proc)
-        # The next chunk is tokenized (in a thread, or worker processes with num_proc > 1) while this one is encoded.
-        with tqdm(total=n, initial=done, disable=not show_progress_bar, unit="line", desc="embedding") as bar, \
-                ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(tokenize, next(chunks, []))
-            while ids := pending.result():
+        row_bytes = dim * dtype.itemsize
+        disk_error = partial(_disk_error, files=files, n=n)
+        fd = None
+        try:
+            if done is None:
+                try:
+                    with open(files.partial, "wb") as f:  # the header of `np.save`, then the rows at their offsets
+                        np.lib.format.write_array_header_1_0(
+                            f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+                        header = f.tell()
+                except OSError as err:
+                    files.partial.unlink(missing_ok=True)
+                    raise disk_error(err, "creating", 0) from err
+            else:
+                header = _npy_header(files.partial)[2]
+            fd = os.open(files.partial, os.O_RDWR)
+            try:
+                _preallocate(fd, header, n * row_bytes)
+            except OSError as err:
+                if done is None:
+                    os.close(fd)
+                    fd = None
+                    files.partial.unlink(missing_ok=True)
+                raise disk_error(err, f"reserving {n * row_bytes / 1e6:,.1f} MB for", done or 0) from err
+            if done is None:
+                done = 0
+                self._save_progress(files, identity, info, 0, disk_error)
+            stats["resumed_at"] = done
+            if show_progress_bar is None:
+                show_progress_bar = sys.stderr.isatty()
+            chunks = batched(read_lines(input_path, start=done), chunk_lines)
+            tokenize = partial(self.token_ids, lang=lang, pretokenized=pretokenized, num_proc=num_proc)
+            # The next chunk is tokenized (in a thread, or worker processes with num_proc > 1) while this one is
+            # encoded.
+            with tqdm(total=n, initial=done, disable=not show_progress_bar, unit="line", desc="embedding",
+                      delay=PROGRESS_BAR_DELAY_S, file=sys.stderr, dynamic_ncols=True) as bar, \
+                    ThreadPoolExecutor(max_workers=1) as pool:
                 pending = pool.submit(tokenize, next(chunks, []))
-                emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
-                                      show_progress_bar=False)
-                if normalize_embeddings:
-                    emb = torch.nn.functional.normalize(emb, dim=-1)
-                chunk = ids
-                out[done:done + len(chunk)] = emb.numpy().astype(dtype, copy=False)
-                done += len(chunk)
-                out.flush()
-                tmp = progress_path.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"lines_done": done, "input": str(input_path)}))
-                os.replace(tmp, progress_path)
-                bar.update(len(chunk))
-        del out
-        progress_path.unlink(missing_ok=True)
-        return np.load(output_path, mmap_mode="r")
+                while ids := pending.result():
+                    pending = pool.submit(tokenize, next(chunks, []))
+                    emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
+                                          show_progress_bar=False, progress=bar.update)
+                    if normalize_embeddings:
+                        emb = torch.nn.functional.normalize(emb, dim=-1)
+                    rows = np.ascontiguousarray(emb.numpy().astype(dtype, copy=False))
+                    try:
+                        _write_at(fd, header + done * row_bytes, rows)
+                        os.fsync(fd)  # the rows are on disk before the progress record says so
+                    except OSError as err:
+                        raise disk_error(err, "writing", done) from err
+                    done += len(ids)
+                    self._save_progress(files, identity, info, done, disk_error)
+                    bar.update(done - bar.n)  # the batches counted distinct sentences; repeated lines come here
+            os.close(fd)
+            fd = None
+            st = input_path.stat()
+            if (st.st_size, st.st_mtime_ns) != (info["size"], info["mtime_ns"]):
+                files.discard_partial()
+                raise ValueError(f"{input_path} changed while it was being embedded; run again once it is final")
+            # OUT becomes complete only by the rename; its manifest follows (a kill in between leaves an OUT without
+            # manifest, which the next run recomputes).
+            files.manifest.unlink(missing_ok=True)
+            os.replace(files.partial, output_path)
+            st = output_path.stat()
+            seconds = time.perf_counter() - t0
+            try:
+                write_json_atomic(files.manifest, {
+                    "format": MANIFEST_FORMAT, "identity": identity,
+                    "output": {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "shape": list(shape),
+                               "dtype": dtype.name},
+                    "input": {"path": info["path"], "mtime_ns": info["mtime_ns"]},
+                    "device": str(self.device), "seconds": round(seconds, 3), "resumed_at": stats["resumed_at"],
+                    "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                })
+            except OSError as err:
+                raise disk_error(err, "writing the manifest of", n) from err
+            files.progress.unlink(missing_ok=True)
+            files.legacy_progress.unlink(missing_ok=True)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        stats.update(computed=n - stats["resumed_at"], seconds=seconds)
+        return np.load(output_path, mmap_mode="r"), stats
+
+    @staticmethod
+    def _save_progress(files: _OutputFiles, identity: dict, info: dict, done: int, error) -> None:
+        try:
+            write_json_atomic(files.progress, {"format": MANIFEST_FORMAT, "lines_done": done, "identity": identity,
+                                               "input": {"path": info["path"], "mtime_ns": info["mtime_ns"]}})
+        except OSError as err:
+            raise error(err, "saving the progress of", done) from err
+
+
+def _disk_error(err: OSError, doing: str, done: int, *, files: _OutputFiles, n: int) -> OSError:
+    """A full disk / I/O error as an [`EmbeddingWriteError`] saying what was kept; other errors unchanged."""
+    if err.errno not in DISK_ERRNOS:
+        return err
+    return EmbeddingWriteError(err.errno, (
+        f"{os.strerror(err.errno)} while {doing} {files.partial} ({done:,} of {n:,} lines saved); "
+        "free some space and run the same command again: it resumes from there"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Command line: `hf-laser embed` (and the error reporting `hf-laser mine` shares)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+
+
+def looks_local(model: str | os.PathLike) -> bool:
+    """A model argument that can only mean a local path: absolute, `./`, `../`, `~`, more than one `/`, or whose
+    parent directory exists (`models/x` with a `models/` here, or a bare name). Such a path is never sent to
+    the Hub; only `owner/name` with no `owner/` directory here is a Hub id."""
+    s = str(model)
+    if isinstance(model, os.PathLike) or os.path.isabs(s) or s.startswith(("./", "../", "~", ".\\", "..\\")):
+        return True
+    if s in (".", "..") or "\\" in s or s.count("/") > 1 or s.endswith("/"):
+        return True
+    return Path(s).parent.is_dir()
+
+
+def check_model_dir(model: str | os.PathLike) -> None:
+    """Raises [`UsageError`] with one line when `model` is a missing local directory or not a LASER model
+    directory; a Hub id (`owner/name`) passes."""
+    s = str(model)
+    path = Path(s).expanduser()
+    if not path.exists():
+        if looks_local(model):
+            raise UsageError(f"model directory not found: {s}")
+        return
+    if not path.is_dir():
+        raise UsageError(f"--model {s} is a file, not a model directory (make one with hf-laser convert)")
+    config = path / "config.json"
+    if not config.is_file():
+        raise UsageError(f"{s} is not a LASER model directory: it has no config.json "
+                         "(make one from an original checkpoint with hf-laser convert)")
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (ValueError, AttributeError, OSError) as err:
+        raise UsageError(f"{config} is not a valid config file ({type(err).__name__}: {err})") from None
+    if model_type != "laser":
+        raise UsageError(f"{s} is not a LASER model directory: config.json has model_type {model_type!r}, "
+                         "expected 'laser'")
+    if not any((path / name).is_file() for name in _WEIGHT_FILES):
+        raise UsageError(f"{s} has no weights (model.safetensors)")
+
+
+def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwargs) -> LaserEncoder:
+    """`LaserEncoder.from_pretrained(model, **kwargs)` for a command line: the model argument is checked first
+    ([`check_model_dir`]), and failures are [`UsageError`]s of one line."""
+    from transformers.utils import logging as hf_logging
+
+    check_model_dir(model)
+    local = Path(str(model)).expanduser().is_dir()
+    bars = hf_logging.is_progress_bar_enabled()
+    if local and bars:  # no "Loading weights" bar for a local directory (download bars stay for Hub ids)
+        hf_logging.disable_progress_bar()
+    try:
+        encoder = LaserEncoder.from_pretrained(model, **kwargs)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot load the model {model}: {_one_line(err)}") from err
+    finally:
+        if local and bars:
+            hf_logging.enable_progress_bar()
+    if not pretokenized and getattr(encoder, "tokenizer", "n/a") is None:
+        raise UsageError(f"{model} has no tokenizer (it was converted without --bpe-codes/--bpe-vocab or "
+                         "--spm-model): give BPE-tokenized input with --pretokenized, or convert it again with them")
+    return encoder
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(err).strip().splitlines() if line.strip())
+    return text or type(err).__name__
+
+
+def run_cli(who: str, fn: Callable[..., int], *args) -> int:
+    """Runs a command-line handler, turning errors into one line on stderr: user errors (missing files, bad model
+    directory, invalid values) exit with 2, a full disk / I/O error or a missing optional dependency with 1,
+    Ctrl-C with 130. `HF_LASER_TRACEBACK=1` shows the traceback instead."""
+    if os.environ.get("HF_LASER_TRACEBACK"):
+        return fn(*args)
+    try:
+        return fn(*args)
+    except KeyboardInterrupt:
+        print(f"{who}: interrupted (run the same command again to resume)", file=sys.stderr)
+        return 130
+    except EmbeddingWriteError as err:
+        print(f"{who}: error: {err}", file=sys.stderr)
+        return 1
+    except ImportError as err:
+        print(f"{who}: error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        if err.errno in DISK_ERRNOS:
+            print(f"{who}: error: {_one_line(err)}", file=sys.stderr)
+            return 1
+        if isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
+            print(f"{who}: error: {_one_line(err)}", file=sys.stderr)
+            return 2
+        raise
+    except ValueError as err:  # UsageError and invalid values (empty input, k too large, unknown token ids...)
+        print(f"{who}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
 
 
 def embed_main_io(args) -> int:
     """`hf-laser embed`: see `cli.py`."""
+    return run_cli("hf-laser embed", _embed_main, args)
+
+
+def _embed_main(args) -> int:
     import tempfile
 
+    who = "hf-laser embed"
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("hf-laser embed: error: --device cuda but no CUDA device is available", file=sys.stderr)
-        return 2
-    encoder = LaserEncoder.from_pretrained(args.model, device=args.device, dtype=getattr(torch, args.dtype),
-                                           quantize="int8" if args.int8 else None)
+        raise UsageError("--device cuda but no CUDA device is available")
+    stdin = args.input in (None, "-")
+    if not stdin and not Path(args.input).is_file():
+        raise UsageError(f"input file not found: {args.input}" if not Path(args.input).exists()
+                         else f"input {args.input} is not a file")
+    if Path(args.output).is_dir():
+        raise UsageError(f"output {args.output} is a directory; give a .npy file name")
+    no_progress = getattr(args, "no_progress", False) or getattr(args, "quiet", False)
+    encoder = load_encoder_for_cli(resolve_model(args.model, who=who), who, pretokenized=args.pretokenized,
+                                   device=args.device, dtype=getattr(torch, args.dtype),
+                                   quantize="int8" if args.int8 else None)
     tmp = None
     try:
-        if args.input in (None, "-"):
-            # stdin is spooled to disk so that huge inputs are streamed and counted like files.
+        if stdin:
+            # stdin is spooled to disk so that huge inputs are streamed and counted like files; it never resumes.
             tmp = tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False)
             while block := sys.stdin.buffer.read(1 << 24):
                 tmp.write(block)
@@ -348,11 +876,23 @@ def embed_main_io(args) -> int:
             input_path = tmp.name
         else:
             input_path = args.input
-        encoder.encode_file(input_path, args.output, lang=args.lang, pretokenized=args.pretokenized,
-                            fp16=args.fp16, max_tokens=args.max_tokens, normalize_embeddings=args.normalize,
-                            show_progress_bar=False if args.quiet else None, resume=not args.overwrite,
-                            num_proc=args.num_proc)
+        out, stats = encoder._encode_file(
+            input_path, args.output, lang=args.lang, pretokenized=args.pretokenized, fp16=args.fp16,
+            max_tokens=args.max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES,
+            normalize_embeddings=args.normalize, device=None,
+            show_progress_bar=not no_progress and sys.stderr.isatty(), resume=not (args.overwrite or stdin),
+            num_proc=args.num_proc, say=lambda m: print(f"{who}: {m}", file=sys.stderr),
+            fresh_reason="--overwrite" if args.overwrite else "stdin input is never resumed")
     finally:
         if tmp is not None:
+            tmp.close()
             os.unlink(tmp.name)
+    where = f"-> {args.output} {tuple(out.shape)} {out.dtype}"
+    if stats["reused"]:
+        print(f"{who}: {stats['lines']:,} lines already embedded {where}", file=sys.stderr)
+    else:
+        seconds = stats["seconds"]
+        resumed = f", resumed at line {stats['resumed_at']:,}" if stats["resumed_at"] else ""
+        print(f"{who}: {stats['computed']:,} lines in {seconds:.1f} s ({stats['computed'] / max(seconds, 1e-9):,.0f} "
+              f"sentences/s{resumed}) {where}", file=sys.stderr)
     return 0

@@ -43,7 +43,9 @@ the shards' manifest and searches them as one memory-mapped matrix (no re-embedd
 
 (``accelerate launch --cpu --num_processes 2`` starts a single process unless an MPI hostfile is given, so on CPU
 use ``--nproc`` or ``torchrun``.) Shards are resumable (``encode_file`` progress files plus a ``.done.json`` marker
-per shard), so a crashed rank is simply started again. ``--num-shards`` larger than the number of processes gives
+per shard), so a crashed rank is simply started again. The markers and the manifest record what the embeddings were
+computed from (input sha256, language, model and tokenizer hashes, options, version: ``embedding_identity``); shards
+of anything else are recomputed by ``embed-shards`` and ignored, with a message, by ``mine``. ``--num-shards`` larger than the number of processes gives
 smaller restart units.
 
 Deviations from the original script, all deliberate:
@@ -72,7 +74,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .encoder import count_lines, read_lines
+from .encoder import (DEFAULT_CHUNK_LINES, count_lines, embedding_identity, identity_changes, load_encoder_for_cli,
+                      read_lines, run_cli, scan_input, write_json_atomic)
+from .models import resolve_model
 
 __all__ = [
     "MARGINS",
@@ -103,6 +107,7 @@ __all__ = [
     "plan_shards",
     "embed_shards",
     "load_embedding_shards",
+    "StaleEmbeddingsError",
     "embedding_key",
     "add_mine_arguments",
     "run_mine",
@@ -1040,10 +1045,22 @@ def _manifest_path(embed_dir: Path, key: str) -> Path:
     return embed_dir / f"{key}.shards.json"
 
 
-def _write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+_write_json_atomic = write_json_atomic
+
+
+class StaleEmbeddingsError(ValueError):
+    """Embedding shards that were computed from something else than what is asked now (message: what changed)."""
+
+
+def _identity_tag(identity: dict, num_shards: int) -> str:
+    blob = json.dumps({"identity": identity, "num_shards": num_shards}, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _shard_identity(encoder, info: dict, lang: str, *, pretokenized: bool, fp16: bool, max_tokens: int) -> dict:
+    """The [`embedding_identity`] of a whole file embedded with `embed_shards` / `mine` (default batching)."""
+    return embedding_identity(encoder, info, lang=lang, pretokenized=pretokenized, fp16=fp16, normalize=False,
+                              max_tokens=max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES)
 
 
 def _dist_env() -> tuple[int, int]:
@@ -1070,10 +1087,12 @@ def embed_shards(
     """Embed this process's share of a text file into ``.npy`` shards (one call per process).
 
     The file's lines are split into ``num_shards`` contiguous ranges (default: one per process); process ``rank`` of
-    ``world_size`` embeds shards ``rank, rank + world_size, ...`` with ``encoder.encode_file`` (streamed, memory-mapped,
-    resumable). Each finished shard leaves a ``.done.json`` marker; the process that finds all markers present writes
-    the manifest ``{embedding_key}.shards.json`` that :func:`load_embedding_shards` and ``hf-laser mine --embed-dir``
-    read. Re-running skips finished shards.
+    ``world_size`` embeds shards ``rank, rank + world_size, ...`` with ``encoder.encode_file`` (streamed, resumable).
+    Each finished shard leaves a ``.done.json`` marker tagged with what it was computed from (the file's content,
+    language, model, options: :func:`hf_laser.encoder.embedding_identity`); the process that finds all markers of
+    this computation present writes the manifest ``{embedding_key}.shards.json`` (with that identity) that
+    :func:`load_embedding_shards` and ``hf-laser mine --embed-dir`` read. Re-running skips the finished shards of the
+    same computation and recomputes the others (e.g. after the file was edited).
 
     Returns:
         The manifest path when all shards are done after this call, else None.
@@ -1087,29 +1106,33 @@ def embed_shards(
     embed_dir = Path(embed_dir)
     embed_dir.mkdir(parents=True, exist_ok=True)
     key = embedding_key(input_path, lang)
-    n = count_lines(input_path)
+    info = scan_input(input_path)
+    n = info["lines"]
     if n == 0:
         raise ValueError(f"input file {input_path} is empty")
     num_shards = world_size if num_shards is None else int(num_shards)
+    identity = _shard_identity(encoder, info, lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens)
+    tag = _identity_tag(identity, num_shards)
     bounds = plan_shards(n, num_shards)
     names = [f"{key}.shard{s:05d}-of-{num_shards:05d}" for s in range(num_shards)]
 
     for s in range(rank, num_shards, world_size):
         a, b = bounds[s]
         done = embed_dir / f"{names[s]}.done.json"
-        if done.exists():
-            continue
         txt = embed_dir / f"{names[s]}.txt"
         npy = embed_dir / f"{names[s]}.npy"
-        if not txt.exists() or count_lines(txt) != b - a:
-            tmp = txt.with_name(txt.name + ".tmp")
-            with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
-                for pos, line in enumerate(iter_lines(input_path)):
-                    if pos >= b:
-                        break
-                    if pos >= a:
-                        out.write(line + "\n")
-            os.replace(tmp, txt)
+        if _done_tag(done) == tag and npy.exists():
+            continue
+        done.unlink(missing_ok=True)
+        # the shard's text, rewritten from the input (encode_file resumes its embedding when the content is the same)
+        tmp = txt.with_name(txt.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
+            for pos, line in enumerate(iter_lines(input_path)):
+                if pos >= b:
+                    break
+                if pos >= a:
+                    out.write(line + "\n")
+        os.replace(tmp, txt)
         if b > a:
             emb = encoder.encode_file(
                 str(txt), str(npy), lang=lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
@@ -1123,45 +1146,63 @@ def embed_shards(
             rows = 0
         if rows != b - a:
             raise RuntimeError(f"shard {npy} has {rows} rows but {b - a} lines were embedded")
-        _write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name})
-    return _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds)
+        _write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name, "tag": tag})
+    return _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag)
 
 
-def _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds) -> Path | None:
+def _done_tag(done: Path) -> str | None:
+    try:
+        return json.loads(done.read_text(encoding="utf-8")).get("tag")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag) -> Path | None:
     manifest = _manifest_path(embed_dir, key)
     shards = []
     for name, (a, b) in zip(names, bounds):
         done = embed_dir / f"{name}.done.json"
-        if not done.exists():
+        if _done_tag(done) != tag:
             return None
         info = json.loads(done.read_text(encoding="utf-8"))
         shards.append({"file": info["file"], "start": a, "end": b, "dim": info["dim"]})
     _write_json_atomic(
         manifest,
         {"source": str(Path(input_path).resolve()), "lang": lang, "num_lines": n, "num_shards": len(names),
-         "dim": shards[0]["dim"], "shards": shards},
+         "dim": shards[0]["dim"], "shards": shards, "identity": identity, "tag": tag},
     )
     return manifest
 
 
 def load_embedding_shards(
-    embed_dir: str | os.PathLike, input_path: str | os.PathLike, lang: str
+    embed_dir: str | os.PathLike, input_path: str | os.PathLike, lang: str, *, identity: dict | None = None
 ) -> ShardedEmbeddings | None:
     """Open the shards written by :func:`embed_shards` for ``input_path`` as one memory-mapped matrix.
 
-    Returns None when there is no complete manifest. Raises when the manifest disagrees with the text file's current
-    line count (stale embeddings).
+    Returns None when there is no complete manifest. Raises :class:`StaleEmbeddingsError` (naming what changed) when
+    the manifest was computed from something else: another content of the text file (sha256), or, when ``identity``
+    (:func:`hf_laser.encoder.embedding_identity` of what is asked now) is given, another model, language or option;
+    a manifest of an older hf-laser (without identity) is stale too.
     """
     embed_dir = Path(embed_dir)
     manifest = _manifest_path(embed_dir, embedding_key(input_path, lang))
     if not manifest.exists():
         return None
-    info = json.loads(manifest.read_text(encoding="utf-8"))
-    n = count_lines(input_path)
-    if info["num_lines"] != n:
-        raise ValueError(
-            f"{manifest} describes {info['num_lines']} lines but {input_path} has {n}; delete the stale shards"
-        )
+    try:
+        info = json.loads(manifest.read_text(encoding="utf-8"))
+        old = info["identity"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StaleEmbeddingsError(f"stale embedding shards: {manifest} is unreadable or from an older hf-laser "
+                                   f"({type(err).__name__}); run embed-shards again") from None
+    if identity is None:
+        current = scan_input(input_path)
+        changes = identity_changes({k: old.get(k) for k in ("input_sha256", "input_size", "lines")},
+                                   {"input_sha256": current["sha256"], "input_size": current["size"],
+                                    "lines": current["lines"]})
+    else:
+        changes = identity_changes(old, identity)
+    if changes:
+        raise StaleEmbeddingsError(f"stale embedding shards {manifest.name} for {input_path}: " + "; ".join(changes))
     arrays = []
     for sh in info["shards"]:
         a = np.load(embed_dir / sh["file"], mmap_mode="r")
@@ -1184,7 +1225,8 @@ def add_mine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     """Add the ``hf-laser mine`` arguments to ``parser`` (a sub-command parser)."""
     parser.add_argument("src", help="source text file, one sentence per line")
     parser.add_argument("tgt", help="target text file, one sentence per line")
-    parser.add_argument("--model", required=True, help="HF LASER model directory or Hub repo id")
+    parser.add_argument("--model", default=None,
+                        help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
     parser.add_argument("--src-lang", required=True, help="source language code (tokenization)")
     parser.add_argument("--tgt-lang", required=True, help="target language code (tokenization)")
     parser.add_argument("-o", "--output", required=True, help="output TSV: score<TAB>src<TAB>tgt, best first")
@@ -1197,7 +1239,8 @@ def add_mine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                         help="neighbourhood size (default: 4)")
     parser.add_argument("--fp16", action="store_true", help="encode in float16 / store float16 embeddings")
     parser.add_argument("--embed-dir", default=None,
-                        help="keep embeddings here (reused/resumed on re-runs; shards from `embed-shards` are used)")
+                        help="keep embeddings here: reused/resumed on re-runs when the input, model and options are "
+                        "the same (else recomputed, with a message); shards from `embed-shards` are used")
     parser.add_argument("--dedup", action="store_true",
                         help="embed and search identical lines once (LASER --unify); outputs each unique pair once")
     parser.add_argument("--pretokenized", action="store_true", help="inputs are already tokenized + BPE'd")
@@ -1220,12 +1263,22 @@ def add_mine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 def _side_embeddings(
     encoder_fn, path, lang, embed_dir: Path, dedup: bool, args, show
 ) -> tuple[Embeddings, Dedup | None]:
-    """Embeddings of one side (all lines, or unique lines with ``dedup``) and the dedup map."""
-    n = count_lines(path)
+    """Embeddings of one side (all lines, or unique lines with ``dedup``) and the dedup map.
+
+    Shards from ``embed-shards`` are used when they were computed from this file's content with this model and
+    options; other cached files are checked by ``encode_file`` (its manifest), so nothing stale is reused."""
+    info = scan_input(path)
+    n = info["lines"]
     if n == 0:
         raise ValueError(f"input file {path} is empty")
     key = embedding_key(path, lang)
-    sharded = load_embedding_shards(embed_dir, path, lang)
+    identity = _shard_identity(encoder_fn(), info, lang, pretokenized=args.pretokenized, fp16=args.fp16,
+                               max_tokens=args.max_tokens)
+    try:
+        sharded = load_embedding_shards(embed_dir, path, lang, identity=identity)
+    except StaleEmbeddingsError as err:
+        print(f" - {err}: not using them, embedding {path} anew", file=sys.stderr)
+        sharded = None
     dd = None
     if dedup:
         dd = deduplicate_file(path, embed_dir / f"{key}.unique.txt")
@@ -1254,8 +1307,13 @@ def _side_embeddings(
 def run_mine(args: argparse.Namespace) -> int:
     """Run ``hf-laser mine``: embed both files (streamed to disk), mine, write ``score<TAB>src<TAB>tgt``.
 
-    Returns the process exit code (0).
+    Returns the process exit code: 0, or 2 for a user error / 1 for a full disk, reported in one line on stderr
+    (:func:`hf_laser.encoder.run_cli`).
     """
+    return run_cli("hf-laser mine", _run_mine, args)
+
+
+def _run_mine(args: argparse.Namespace) -> int:
     t0 = time.time()
     show = False if getattr(args, "no_progress", False) else None
     for p in (args.src, args.tgt):
@@ -1267,10 +1325,11 @@ def run_mine(args: argparse.Namespace) -> int:
     def get_encoder():
         nonlocal encoder
         if encoder is None:
-            from hf_laser.encoder import LaserEncoder  # noqa: PLC0415
-
-            encoder = LaserEncoder.from_pretrained(args.model, device=args.device)
+            encoder = load_encoder_for_cli(resolve_model(args.model, who="hf-laser mine"), "hf-laser mine",
+                                           pretokenized=args.pretokenized, device=args.device)
         return encoder
+
+    get_encoder()  # a bad --model fails before anything is embedded
 
     tmpdir = None
     if args.embed_dir:
@@ -1315,7 +1374,8 @@ def run_mine(args: argparse.Namespace) -> int:
 
 
 def add_embed_shards_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--model", required=True, help="HF LASER model directory or Hub repo id")
+    parser.add_argument("--model", default=None,
+                        help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
     parser.add_argument("--embed-dir", required=True, help="directory for the shards (shared by all processes)")
     parser.add_argument("--input", nargs=2, action="append", metavar=("LANG", "FILE"), required=True,
                         help="language and text file to embed; repeat for several files")
@@ -1379,7 +1439,7 @@ def run_embed_shards(args: argparse.Namespace) -> int:
             device = "cpu"
     from hf_laser.encoder import LaserEncoder  # noqa: PLC0415
 
-    encoder = LaserEncoder.from_pretrained(args.model, device=device)
+    encoder = LaserEncoder.from_pretrained(resolve_model(args.model, who="hf_laser.mining"), device=device)
     show = False if args.no_progress else None
     for lang, path in args.input:
         manifest = embed_shards(
