@@ -389,7 +389,8 @@ def evaluate_bucc(encoder, folder: str | Path | None = None, pair: str = "de-en"
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluation.bucc", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="HF LASER model directory or Hub repo id")
+    parser.add_argument("--model", default=None,
+                        help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="local folder with {pair}/{pair}.{split}.{xx,en,gold}")
     src.add_argument("--hub", help="Hub dataset repo with the same layout (loaded through `datasets`)")
@@ -408,6 +409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=12000, help="encoder token budget per batch")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
+    from hf_laser.models import resolve_model
+
+    args.model = resolve_model(args.model, who="evaluation.bucc")
 
     pairs = [p.strip() for p in args.pairs.split(",") if p.strip()]
     if not pairs:

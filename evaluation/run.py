@@ -79,7 +79,8 @@ def tatoeba_selection(codes: Sequence[str], present: Sequence[str]) -> list[str]
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m evaluation.run", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="LASER model directory (hf-laser convert / training) or Hub id")
+    p.add_argument("--model", default=None, help="LASER model directory (hf-laser convert / training) or Hub id "
+                   "(default: the shipped laser-mini)")
     p.add_argument("--tasks", default="tatoeba", help="comma-separated: tatoeba,xnli,mldoc,bucc (default tatoeba)")
     p.add_argument("--langs", default=None,
                    help="restrict every task to these languages (ISO 639-3 like fra,deu or 2-letter like fr,de)")
@@ -265,6 +266,9 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    from hf_laser.models import resolve_model
+
+    args.model = resolve_model(args.model, who="evaluation.run")
     try:
         run(args, argv)
     except (FileNotFoundError, ValueError) as err:

@@ -282,7 +282,7 @@ def evaluate_tatoeba(cache, langs: Sequence[str] | None = None, *, folder: str |
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluation.tatoeba", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="LASER model directory or Hub id")
+    parser.add_argument("--model", default=None, help="LASER model directory or Hub id (default: the shipped laser-mini)")
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--tatoeba-dir", help="LASER-layout folder (tatoeba.xxx-eng.{xxx,eng})")
     src.add_argument("--tatoeba-hub", help=f"Hub dataset (e.g. {DEFAULT_HUB_REPO})")
@@ -293,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
+    from hf_laser.models import resolve_model
+
+    args.model = resolve_model(args.model, who="evaluation.tatoeba")
     from hf_laser.encoder import LaserEncoder
 
     from .cache import EmbeddingCache

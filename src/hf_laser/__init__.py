@@ -23,6 +23,7 @@ from .modeling_laser import (
 )
 from .tokenization_laser import LaserTokenizer
 from .encoder import LaserEncoder
+from .models import DEFAULT_MODEL
 from . import pipelines  # noqa: F401  (registers the pipeline)
 
 __version__ = "0.1.0"
@@ -49,5 +50,6 @@ __all__ = [
     "LaserClassificationCollator",
     "LaserTokenizer",
     "LaserEncoder",
+    "DEFAULT_MODEL",
     "__version__",
 ]

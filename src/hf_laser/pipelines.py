@@ -3,7 +3,7 @@
 After `import hf_laser`::
 
     from transformers import pipeline
-    embed = pipeline("laser-sentence-embedding", model="laser-93langs")
+    embed = pipeline("laser-sentence-embedding")             # the shipped laser-mini; or model="laser-93langs"
     embed("Bonjour le monde.", lang="fr")                   # list of 1024 floats
     embed(["Hello.", "Hallo."], lang=["en", "de"], normalize=True)
 
@@ -20,6 +20,7 @@ from transformers import Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .modeling_laser import LaserModel
+from .models import DEFAULT_MODEL
 
 TASK = "laser-sentence-embedding"
 
@@ -74,5 +75,6 @@ class LaserSentenceEmbeddingPipeline(Pipeline):
 
 
 PIPELINE_REGISTRY.register_pipeline(
-    TASK, pipeline_class=LaserSentenceEmbeddingPipeline, pt_model=LaserModel, type="text"
+    TASK, pipeline_class=LaserSentenceEmbeddingPipeline, pt_model=LaserModel, type="text",
+    default={"model": (DEFAULT_MODEL, None)},  # transformers warns that it defaulted to this model
 )

@@ -891,8 +891,10 @@ def _write_vocab_json(path, vocab: dict[str, int]) -> None:
 # ------------------------------------------------------------------------------------ CLI
 def add_tokenize_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of ``hf-laser tokenize``."""
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", metavar="DIR", help="converted model / tokenizer directory")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--model", metavar="DIR",
+                     help="converted model / tokenizer directory (default, without --bpe-codes / --spm-model: the "
+                          "shipped laser-mini)")
     src.add_argument("--bpe-codes", metavar="F", help="fastBPE codes (LASER1, *.fcodes)")
     src.add_argument("--spm-model", metavar="F", help="SentencePiece model (LASER2, *.spm)")
     parser.add_argument("--bpe-vocab", metavar="F", help="fastBPE vocabulary (LASER1, *.fvocab); needed with --bpe-codes")
@@ -915,8 +917,10 @@ def add_tokenize_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
 def run_tokenize(args: argparse.Namespace) -> int:
     """``hf-laser tokenize``: exactly one output line per input line (split on ``'\\n'`` only)."""
     try:
-        if args.model is not None:
-            tok = LaserTokenizer.from_pretrained(args.model)
+        if args.bpe_codes is None and args.spm_model is None:
+            from .models import resolve_model
+
+            tok = LaserTokenizer.from_pretrained(resolve_model(args.model, who="hf-laser tokenize"))
             pipeline = tok.pipeline
             if args.laser2_punct_lang is not None:
                 pipeline.laser2_punct_lang = args.laser2_punct_lang
