@@ -18,6 +18,9 @@ for objective in ranking translation translation+ranking; do
         --set "training.max_minutes=$MINUTES" --set training.eval_every=200 --set training.save_every=100000 \
         --set training.snapshot_encoders=true --set validation.max_sentences=500 \
         --set "validation.languages=[en, de, fr, es, it, pt, nl, pl, cs, ru, tr, fi, sv]"
+done
+for objective in ranking translation translation+ranking; do  # evaluated after all runs: no timing interference
+    run="$OUT/${objective/+/-}"
     python training/report.py --run "$run" --curve --tatoeba-langs focus > /dev/null
     echo "== $objective"; sed -n '/against training time/,$p' "$run/report.md"
 done
