@@ -1,4 +1,4 @@
-"""Model cards for exported LASER models, filled from the repository's `model_card.md` template."""
+"""Model cards for exported LASER models, filled from the package's `model_card_template.md`."""
 
 from __future__ import annotations
 
