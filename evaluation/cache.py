@@ -194,6 +194,8 @@ class EmbeddingCache:
         out = self._encode_chunks(texts, lang, pretokenized, partial, desc)
         del out
         os.replace(partial, self.dir / f"{key}.npy")
+        # the cache's own metadata (keyed on content, model and options) replaces encode_file's manifest
+        partial.with_name(partial.name + ".manifest.json").unlink(missing_ok=True)
         self._store_meta(key, {"source": name, "lang": lang, "kind": kind, "n": len(texts),
                                "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
         return np.load(self.dir / f"{key}.npy", mmap_mode="r")
@@ -240,6 +242,8 @@ class EmbeddingCache:
                                        show_progress_bar=self.show_progress and n >= 1000, resume=True, **kw)
         del out
         os.replace(partial, self.dir / f"{key}.npy")
+        # the cache's own metadata (keyed on content, model and options) replaces encode_file's manifest
+        partial.with_name(partial.name + ".manifest.json").unlink(missing_ok=True)
         self._store_meta(key, {"source": str(path), "lang": lang, "kind": kind, "n": n,
                                "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
         return np.load(self.dir / f"{key}.npy", mmap_mode="r")
