@@ -1,44 +1,48 @@
 """hf_laser: LASER sentence embeddings as a Hugging Face transformers model.
 
-Importing the package registers the `laser` model type with the transformers Auto classes and the
-`laser-sentence-embedding` pipeline.
+`import hf_laser` is fast (neither torch nor transformers is imported): the classes below are imported on first
+access (PEP 562 module `__getattr__`, like transformers' `_LazyModule`), and the `laser` model type is registered
+with the transformers Auto classes and the `laser-sentence-embedding` pipeline as transformers loads them:
+
+* when `transformers.models.auto.configuration_auto` is imported (by `from transformers import AutoConfig`,
+  `AutoModel`, `AutoTokenizer`, `pipeline` ...), `laser` is registered with `AutoConfig`;
+* when transformers resolves the model type `laser` (`AutoConfig/AutoModel/AutoTokenizer.from_pretrained(dir)`,
+  `AutoConfig.for_model("laser")`), or `hf_laser.modeling_laser` is imported (any of `hf_laser.LaserModel`,
+  `LaserEncoder` ...), the models are registered with `AutoModel`, `AutoModelForPreTraining` and
+  `AutoModelForSequenceClassification`, and the tokenizer with `AutoTokenizer`;
+* when `transformers.tokenization_auto` is imported, the tokenizer is registered with `AutoTokenizer`;
+* when `transformers.pipelines` is imported, the pipeline is registered.
+
+So `import hf_laser` followed by `AutoModel.from_pretrained(dir)` / `AutoTokenizer.from_pretrained(dir)` /
+`pipeline("laser-sentence-embedding")` works as before, in either import order. `hf_laser.register_auto_classes()`
+does all of it at once.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForPreTraining,
-    AutoModelForSequenceClassification,
-    AutoTokenizer,
-)
+from __future__ import annotations
 
-from .configuration_laser import LaserConfig
-from .modeling_laser import (
-    LaserClassificationCollator,
-    LaserClassificationHead,
-    LaserForPreTraining,
-    LaserForSequenceClassification,
-    LaserModel,
-    LaserPreTrainedModel,
-)
-from .tokenization_laser import LaserTokenizer
-from .encoder import LaserEncoder
+import importlib
+import importlib.util
+import sys
+import threading
+import warnings
+from typing import TYPE_CHECKING
+
 from .models import DEFAULT_MODEL
-from . import pipelines  # noqa: F401  (registers the pipeline)
 
 __version__ = "0.1.0"
 
-AutoConfig.register("laser", LaserConfig, exist_ok=True)
-AutoModel.register(LaserConfig, LaserModel, exist_ok=True)
-AutoModelForPreTraining.register(LaserConfig, LaserForPreTraining, exist_ok=True)
-AutoModelForSequenceClassification.register(LaserConfig, LaserForSequenceClassification, exist_ok=True)
-AutoTokenizer.register(LaserConfig, tokenizer_class=LaserTokenizer, exist_ok=True)
-# Saved directories carry the modeling code and an `auto_map`, so they load with `trust_remote_code=True`
-# where hf_laser is not installed.
-LaserConfig.register_for_auto_class()
-LaserModel.register_for_auto_class("AutoModel")
-LaserForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-LaserForPreTraining.register_for_auto_class("AutoModelForPreTraining")
+# public name -> submodule that defines it
+_LAZY_ATTRS = {
+    "LaserConfig": "configuration_laser",
+    "LaserModel": "modeling_laser",
+    "LaserPreTrainedModel": "modeling_laser",
+    "LaserForPreTraining": "modeling_laser",
+    "LaserForSequenceClassification": "modeling_laser",
+    "LaserClassificationHead": "modeling_laser",
+    "LaserClassificationCollator": "modeling_laser",
+    "LaserTokenizer": "tokenization_laser",
+    "LaserEncoder": "encoder",
+}
 
 __all__ = [
     "LaserConfig",
@@ -51,5 +55,216 @@ __all__ = [
     "LaserTokenizer",
     "LaserEncoder",
     "DEFAULT_MODEL",
+    "register_auto_classes",
     "__version__",
 ]
+
+if TYPE_CHECKING:
+    from .configuration_laser import LaserConfig
+    from .encoder import LaserEncoder
+    from .modeling_laser import (
+        LaserClassificationCollator,
+        LaserClassificationHead,
+        LaserForPreTraining,
+        LaserForSequenceClassification,
+        LaserModel,
+        LaserPreTrainedModel,
+    )
+    from .tokenization_laser import LaserTokenizer
+
+
+def __getattr__(name: str):
+    module = _LAZY_ATTRS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_ATTRS))
+
+
+# ------------------------------------------------------------------------------------------- Auto registration
+_CONFIG_AUTO = "transformers.models.auto.configuration_auto"
+_TOKENIZATION_AUTO = "transformers.models.auto.tokenization_auto"
+_PIPELINES = "transformers.pipelines"
+_MODELING = f"{__name__}.modeling_laser"
+_CONFIGURATION = f"{__name__}.configuration_laser"
+
+_done: set[str] = set()
+
+
+def _once(step: str, fn) -> None:
+    # No lock (a lock held across imports can deadlock with the import locks): two threads may both register,
+    # which is harmless (exist_ok=True).
+    if step in _done:
+        return
+    _done.add(step)  # first: a re-entrant call (the step imports a module whose hook calls it) is a no-op
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 - never break the user's import of transformers
+        _done.discard(step)
+        warnings.warn(f"hf_laser could not register the 'laser' {step} with transformers "
+                      f"({type(err).__name__}: {err}); call hf_laser.register_auto_classes() to retry",
+                      RuntimeWarning, stacklevel=2)
+
+
+class _ConfigTrigger(dict):
+    """`CONFIG_MAPPING._extra_content` while the models are not registered: looking up `laser` (what every
+    `Auto*.from_pretrained` of a LASER directory does first) registers them, then the plain dict is put back."""
+
+    def __getitem__(self, key):
+        value = dict.__getitem__(self, key)
+        if key == "laser":
+            _register_models()
+        return value
+
+
+def _register_config() -> None:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from .configuration_laser import LaserConfig
+
+    CONFIG_MAPPING.register("laser", LaserConfig, exist_ok=True)
+    if "models" not in _done and type(CONFIG_MAPPING._extra_content) is dict:
+        CONFIG_MAPPING._extra_content = _ConfigTrigger(CONFIG_MAPPING._extra_content)
+
+
+def _register_config_class() -> None:
+    from .configuration_laser import LaserConfig
+
+    # saved directories carry the code and an `auto_map`: they load with trust_remote_code=True without hf_laser.
+    # (What `LaserConfig.register_for_auto_class()` sets, without its check, which imports the Auto classes.)
+    if LaserConfig._auto_class is None:
+        LaserConfig._auto_class = "AutoConfig"
+    if _CONFIG_AUTO in sys.modules:
+        _once("config", _register_config)
+
+
+def _register_tokenizer() -> None:
+    from transformers.models.auto.tokenization_auto import AutoTokenizer
+
+    from .configuration_laser import LaserConfig
+    from .tokenization_laser import LaserTokenizer
+
+    _once("config", _register_config)
+    AutoTokenizer.register(LaserConfig, tokenizer_class=LaserTokenizer, exist_ok=True)
+
+
+def _register_models_now() -> None:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import (
+        AutoModel,
+        AutoModelForPreTraining,
+        AutoModelForSequenceClassification,
+    )
+
+    from .configuration_laser import LaserConfig
+    from .modeling_laser import LaserForPreTraining, LaserForSequenceClassification, LaserModel
+
+    _once("config", _register_config)
+    AutoModel.register(LaserConfig, LaserModel, exist_ok=True)
+    AutoModelForPreTraining.register(LaserConfig, LaserForPreTraining, exist_ok=True)
+    AutoModelForSequenceClassification.register(LaserConfig, LaserForSequenceClassification, exist_ok=True)
+    LaserConfig.register_for_auto_class()
+    LaserModel.register_for_auto_class("AutoModel")
+    LaserForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+    LaserForPreTraining.register_for_auto_class("AutoModelForPreTraining")
+    _once("tokenizer", _register_tokenizer)
+    if isinstance(CONFIG_MAPPING._extra_content, _ConfigTrigger):
+        CONFIG_MAPPING._extra_content = dict(CONFIG_MAPPING._extra_content)
+
+
+def _register_models() -> None:
+    _once("models", _register_models_now)
+
+
+def _register_pipeline() -> None:
+    importlib.import_module(f"{__name__}.pipelines")  # registers the task on import
+
+
+def register_auto_classes() -> None:
+    """Registers everything now: `laser` with AutoConfig, AutoModel, AutoModelForPreTraining,
+    AutoModelForSequenceClassification and AutoTokenizer, and the `laser-sentence-embedding` pipeline (imports
+    torch and transformers). Not needed in normal use: this happens by itself when transformers needs it."""
+    _register_models()
+    _once("pipeline", _register_pipeline)
+
+
+_HOOKS = {
+    _CONFIG_AUTO: lambda: _once("config", _register_config),
+    _TOKENIZATION_AUTO: lambda: _once("tokenizer", _register_tokenizer),
+    _PIPELINES: lambda: _once("pipeline", _register_pipeline),
+    _CONFIGURATION: lambda: _once("config class", _register_config_class),
+    _MODELING: _register_models,
+}
+
+
+class _HookedLoader:
+    """Runs the module's loader, then its registration hook; the real loader is put back on the module."""
+
+    def __init__(self, loader, name: str):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        spec = module.__spec__
+        try:
+            self._loader.exec_module(module)
+        finally:
+            if spec is not None:
+                spec.loader = self._loader
+            module.__loader__ = self._loader
+        hook = _HOOKS.get(self._name)
+        if hook is not None:
+            hook()
+        _PostImportFinder.forget(self._name)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _PostImportFinder:
+    """A `sys.meta_path` entry that only wraps the loaders of the modules in `_HOOKS`; it removes itself once
+    they are all imported."""
+
+    pending: set[str] = set()
+    _busy = threading.local()
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname not in cls.pending or getattr(cls._busy, "name", None) == fullname:
+            return None
+        cls._busy.name = fullname
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            cls._busy.name = None
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _HookedLoader(spec.loader, fullname)
+        return spec
+
+    @classmethod
+    def forget(cls, name: str) -> None:
+        cls.pending.discard(name)
+        if not cls.pending and cls in sys.meta_path:
+            sys.meta_path.remove(cls)
+
+    @classmethod
+    def install(cls) -> None:
+        cls.pending = {name for name in _HOOKS if name not in sys.modules}
+        if cls.pending and cls not in sys.meta_path:
+            sys.meta_path.insert(0, cls)
+        # modules imported before hf_laser: register now
+        for name in (_CONFIG_AUTO, _TOKENIZATION_AUTO, _PIPELINES):
+            if name in sys.modules:
+                _HOOKS[name]()
+
+
+_PostImportFinder.install()

@@ -1,7 +1,8 @@
 """`hf-laser` command line: convert, embed, tokenize, mine, similar, push.
 
 Each subcommand's arguments and handler live next to the code they drive (`add_*_arguments` / `run_*`); this file
-only assembles them, importing each module when its subcommand runs so that `hf-laser embed` does not import faiss.
+only assembles them, importing each module when its subcommand runs so that `hf-laser embed` does not import faiss,
+and `hf-laser --help` (or a usage error) imports neither torch nor transformers.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from .encoder import DEFAULT_MAX_TOKENS
+DEFAULT_MAX_TOKENS = 12000  # = hf_laser.encoder.DEFAULT_MAX_TOKENS (not imported: that module imports torch)
 
 # subcommand -> (module, add-arguments function, handler, help)
 SUBCOMMANDS = {
@@ -29,7 +30,9 @@ SUBCOMMANDS = {
 def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="model directory (from hf-laser convert) or Hub id (default: the shipped laser-mini)")
-    parser.add_argument("--lang", default="en", help="language code of the input (default: en)")
+    parser.add_argument("--lang", default=None,
+                        help="language of the input, required: a code (en, fr, zh, ja, el ...: it selects the LASER "
+                             "preprocessing) or 'auto' to detect it per sentence (not needed with --pretokenized)")
     parser.add_argument("--pretokenized", action="store_true",
                         help="input lines are already BPE/SentencePiece tokens separated by spaces")
     parser.add_argument("-i", "--input", default=None, help="input text file (default: stdin)")
@@ -51,6 +54,10 @@ def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_embed(args: argparse.Namespace) -> int:
+    if args.lang is None and not args.pretokenized:
+        print("hf-laser embed: error: --lang is required: pass the language code of the input (e.g. --lang fr) or "
+              "--lang auto to detect it per sentence", file=sys.stderr)
+        return 2
     from .encoder import embed_main_io
 
     return embed_main_io(args)

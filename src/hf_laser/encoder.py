@@ -25,9 +25,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .langid import CHECK_SAMPLE, detector_version, is_auto
 from .modeling_laser import LaserModel
 from .models import resolve_model
-from .tokenization_laser import LaserTokenizer
+from .tokenization_laser import LaserInputError, LaserTokenizer, _check_lang, _check_lines_arg
 from .tokenization_laser import read_lines as tokenizer_read_lines
 
 DEFAULT_MAX_TOKENS = 12000  # the original SentenceEncoder's token budget
@@ -88,6 +89,15 @@ def count_lines(path: str | os.PathLike) -> int:
             count += block.count(b"\n")
             last = block[-1:]
     return count + (last != b"\n")
+
+
+def _sentence_list(sentences) -> Sequence:
+    """A batch of sentences as a sequence; a dict, a set, bytes, a lone non-iterable are errors (a dict's keys or a
+    set's order are no list of sentences)."""
+    if isinstance(sentences, str):
+        raise LaserInputError("expected a list of sentences, got a single str; wrap it in a list")
+    _check_lines_arg(sentences)
+    return sentences if isinstance(sentences, Sequence) else list(sentences)
 
 
 def batched(items: Iterable, size: int) -> Iterator[list]:
@@ -201,13 +211,19 @@ def embedding_identity(encoder, input_info: dict, *, lang, pretokenized: bool = 
     return {
         "hf_laser": _package_version(),
         "input_sha256": input_info["sha256"], "input_size": input_info["size"], "lines": input_info["lines"],
-        # pre-tokenized input does not go through the language-specific preprocessing
-        "lang": None if pretokenized else lang if isinstance(lang, str) or lang is None else list(lang),
+        # pre-tokenized input does not go through the language-specific preprocessing; "auto" depends on the detector
+        "lang": None if pretokenized else _lang_identity(lang) if isinstance(lang, str) or lang is None
+        else [_lang_identity(x) for x in lang],
         "pretokenized": bool(pretokenized),
         **model_id,
         "output_dtype": "float16" if fp16 else "float32", "normalize": bool(normalize),
         "max_tokens": max_tokens, "batch_size": batch_size, "chunk_lines": chunk_lines,
     }
+
+
+def _lang_identity(lang: str | None) -> str | None:
+    """The language as recorded in an embedding identity: `"auto"` with the detector's name and version."""
+    return f"auto ({detector_version()})" if is_auto(lang) else lang
 
 
 _IDENTITY_LABELS = {
@@ -455,17 +471,20 @@ class LaserEncoder:
         return next(self.model.parameters()).device
 
     # ------------------------------------------------------------------ tokenisation
-    def token_ids(self, sentences: Sequence[str], lang: str | Sequence[str] = "en", *,
+    def token_ids(self, sentences: Sequence[str], lang: str | Sequence[str] | None = None, *,
                   pretokenized: bool = False, num_proc: int = 1) -> list[list[int]]:
         """Dictionary ids of every sentence, `</s>` appended (no `<s>`), unknown tokens → `<unk>`.
 
         With `pretokenized=True` the sentences are already BPE/SentencePiece tokens separated by whitespace (the
-        original encoder's input: `line.strip().split()`); otherwise raw text goes through the LASER preprocessing.
+        original encoder's input: `line.strip().split()`); otherwise raw text goes through the LASER preprocessing
+        in language `lang` (see [`encode`]).
         """
+        sentences = _sentence_list(sentences)
+        for i, s in enumerate(sentences):
+            if not isinstance(s, str):
+                raise LaserInputError(f"sentence {i} is {type(s).__name__}, expected str")
         if pretokenized:
-            for i, s in enumerate(sentences):  # raw text is checked by the tokenizer
-                if not isinstance(s, str):
-                    raise TypeError(f"sentence {i} is {type(s).__name__}, expected str")
+            _check_lang(lang, None if lang is None or isinstance(lang, str) else len(sentences))
             if self.vocab is None:
                 raise ValueError("this model directory has no vocabulary (vocab.json or tokenizer files)")
             get, unk, eos = self.vocab.get, self.unk_id, self.eos_id
@@ -475,7 +494,8 @@ class LaserEncoder:
                 "this model directory has no tokenizer; convert it with --bpe-codes/--bpe-vocab or --spm-model, "
                 "or pass pretokenized=True with BPE-tokenized input"
             )
-        return self.tokenizer.encode_lines(list(sentences), lang=lang, num_proc=num_proc)
+        lang = self.tokenizer.resolve_lang(lang, sentences, n_texts=len(sentences))
+        return self.tokenizer.encode_lines(sentences, lang=lang, num_proc=num_proc)
 
     # ------------------------------------------------------------------ encoding
     @torch.inference_mode()
@@ -523,7 +543,7 @@ class LaserEncoder:
         torch.index_select(unique_out, 0, torch.from_numpy(inverse), out=out)
         return out
 
-    def encode(self, sentences: str | Sequence[str], lang: str | Sequence[str] = "en", *,
+    def encode(self, sentences: str | Sequence[str], lang: str | Sequence[str] | None = None, *,
                max_tokens: int | None = DEFAULT_MAX_TOKENS, batch_size: int | None = None,
                normalize_embeddings: bool = False, device: str | torch.device | None = None,
                show_progress_bar: bool | None = None, convert_to: str = "numpy", pretokenized: bool = False,
@@ -532,7 +552,10 @@ class LaserEncoder:
 
         Args:
             sentences: a sentence or a list of sentences (raw text, or BPE tokens with `pretokenized=True`).
-            lang: language code for the preprocessing, one for all or one per sentence.
+            lang: language of the text for the LASER preprocessing: one code for all (`"fr"`, `"zh"` ...), one
+                per sentence, or `"auto"` to detect it per sentence ([`hf_laser.langid`]). None: the tokenizer's
+                default language (`"en"` unless the model directory configures another), checked against the
+                text: a `UserWarning` says when (a sample of) the sentences looks like another language.
             max_tokens: token budget per batch (the original's default 12000); bounds memory.
             batch_size: optional cap on sentences per batch.
             normalize_embeddings: L2-normalise the vectors (for cosine similarity by dot product).
@@ -549,12 +572,7 @@ class LaserEncoder:
         if convert_to not in ("numpy", "torch"):
             raise ValueError(f"convert_to must be 'numpy' or 'torch', got {convert_to!r}")
         single = isinstance(sentences, str)
-        if single:
-            sentences = [sentences]
-        elif not isinstance(sentences, Iterable):
-            raise TypeError(f"sentences must be a string or a list of strings, got {type(sentences).__name__}")
-        elif not isinstance(sentences, Sequence):
-            sentences = list(sentences)
+        sentences = [sentences] if single else _sentence_list(sentences)
         ids = self.token_ids(sentences, lang, pretokenized=pretokenized, num_proc=num_proc)
         emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
                               show_progress_bar=show_progress_bar)
@@ -564,12 +582,15 @@ class LaserEncoder:
             emb = emb[0]
         return emb.numpy() if convert_to == "numpy" else emb
 
-    def encode_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, lang: str = "en",
+    def encode_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, lang: str | None = None,
                     pretokenized: bool = False, fp16: bool = False, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                     batch_size: int | None = None, chunk_lines: int = DEFAULT_CHUNK_LINES,
                     normalize_embeddings: bool = False, device: str | torch.device | None = None,
                     show_progress_bar: bool | None = None, resume: bool = True, num_proc: int = 1) -> np.ndarray:
         """Embeds a text file (one sentence per line, split on `'\\n'` only) into a `.npy` file, streaming.
+
+        `lang` as in [`encode`] (one code, `"auto"`, or None: the default language, checked against the first 100
+        lines).
 
         The rows are written chunk by chunk (`chunk_lines` lines in memory at a time) into `OUTPUT.partial`, which
         is renamed to `OUTPUT` once complete, so `OUTPUT` is never a half-written file. `OUTPUT.manifest.json`
@@ -610,6 +631,13 @@ class LaserEncoder:
             raise UsageError(f"output {output_path} is a directory; give a .npy file name")
         if output_path.exists() and output_path.samefile(input_path):
             raise UsageError(f"output {output_path} is the input file")
+        if not pretokenized and self.tokenizer is not None:
+            if lang is None:
+                lang = self.tokenizer.resolve_lang(None, list(islice(read_lines(input_path), CHECK_SAMPLE)))
+            elif not isinstance(lang, str):
+                raise LaserInputError(f"encode_file takes one language for the whole file (a code or 'auto'), "
+                                      f"got {type(lang).__name__}")
+            _check_lang(lang)
         info = scan_input(input_path)
         n, dim = info["lines"], self.dim
         dtype = np.dtype(np.float16 if fp16 else np.float32)

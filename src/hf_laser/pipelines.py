@@ -6,6 +6,10 @@ After `import hf_laser`::
     embed = pipeline("laser-sentence-embedding")             # the shipped laser-mini; or model="laser-93langs"
     embed("Bonjour le monde.", lang="fr")                   # list of 1024 floats
     embed(["Hello.", "Hallo."], lang=["en", "de"], normalize=True)
+    embed(["Hello.", "我们明天去北京吧。"], lang="auto")      # language detected per sentence
+
+Without `lang`, the tokenizer's default language (`en` unless the model directory configures another) is used and
+a `UserWarning` says so when the sentences look like another language.
 
 `pipeline("feature-extraction", model=..., tokenizer=...)` works as well and returns the token-level BiLSTM outputs
 (`last_hidden_state`).
@@ -21,6 +25,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .modeling_laser import LaserModel
 from .models import DEFAULT_MODEL
+from .tokenization_laser import LaserInputError, _check_lang, _check_texts
 
 TASK = "laser-sentence-embedding"
 
@@ -29,7 +34,9 @@ class LaserSentenceEmbeddingPipeline(Pipeline):
     """Sentence embeddings (the max-pooled BiLSTM outputs, `pooler_output`) for raw text.
 
     Call arguments:
-        lang (`str` or list of `str`): language of the input for the LASER preprocessing (default: the tokenizer's).
+        lang (`str` or list of `str`): language of the input for the LASER preprocessing: a code, `"auto"` (detected
+            per sentence) or one code per sentence. Default: the tokenizer's default language, with a warning when
+            the sentences look like another one.
         normalize (`bool`): L2-normalise the embeddings.
         return_tensors (`bool`): return a `torch.Tensor` of shape `(dim,)` per sentence instead of a list of floats.
     """
@@ -40,11 +47,24 @@ class LaserSentenceEmbeddingPipeline(Pipeline):
     _load_tokenizer = True
 
     def __call__(self, inputs: str | Sequence[str], lang: str | Sequence[str] | None = None, **kwargs):
-        if isinstance(lang, (list, tuple)):
+        if isinstance(inputs, (list, tuple)):
+            _check_texts(inputs)
+        if lang is not None and not isinstance(lang, str):
             # one language per sentence: pair them so each item carries its own code through batching
-            if isinstance(inputs, str) or len(lang) != len(inputs):
-                raise ValueError("a list of languages needs a list of sentences of the same length")
+            if not isinstance(inputs, (list, tuple)):
+                raise LaserInputError("a list of languages needs a list of sentences of the same length, got "
+                                      f"{type(inputs).__name__} sentences")
+            try:
+                lang = _check_lang(lang, len(inputs))
+            except LaserInputError as err:
+                raise LaserInputError(f"{err} (a list of languages needs a list of sentences of the same length)") \
+                    from None
             return super().__call__([{"text": t, "lang": code} for t, code in zip(inputs, lang)], **kwargs)
+        resolve = getattr(self.tokenizer, "resolve_lang", None)
+        if resolve is not None:
+            sample = [inputs] if isinstance(inputs, str) else inputs if isinstance(inputs, (list, tuple)) else ()
+            # a generator or dataset is not sampled: the default language is used without a check
+            lang = resolve(lang, sample)
         return super().__call__(inputs, lang=lang, **kwargs)
 
     def _sanitize_parameters(self, lang=None, normalize=None, return_tensors=None, **kwargs):

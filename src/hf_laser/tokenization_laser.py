@@ -32,7 +32,7 @@ import sys
 import tempfile
 import warnings
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,10 +41,12 @@ from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import BatchEncoding, PaddingStrategy, TruncationStrategy
 
 from .bpe import FastBPE, read_codes, read_vocab
+from .langid import AUTO, CHECK_SAMPLE, is_auto
 
 __all__ = [
     "LaserTextPipeline",
     "LaserTokenizer",
+    "LaserInputError",
     "VOCAB_FILES_NAMES",
     "add_tokenize_arguments",
     "run_tokenize",
@@ -95,10 +97,48 @@ def _open_output(path):
     return open(path, "w", encoding="utf-8", errors="surrogateescape", newline="\n"), True
 
 
+class LaserInputError(TypeError, ValueError):
+    """A sentence or language argument of the wrong type or shape (a `TypeError` and a `ValueError`: either
+    catches it)."""
+
+
 def _check_texts(texts: Sequence) -> None:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise TypeError(f"text at position {i} is {type(t).__name__}, expected str")
+            raise LaserInputError(f"text at position {i} is {type(t).__name__}, expected str")
+
+
+_LANG_HELP = "a language code (e.g. 'fr'), 'auto' (detect it per sentence), or a list with one code per sentence"
+
+
+def _check_lang(lang, n_texts: int | None = None):
+    """``lang`` as the preprocessing takes it: None, one code (str), or a list of codes (one per text, length
+    ``n_texts`` when given).  Anything else raises :class:`LaserInputError` saying what is expected."""
+    if lang is None:
+        return None
+    if isinstance(lang, str):
+        if not lang.strip():
+            raise LaserInputError(f"lang is an empty string; expected {_LANG_HELP}")
+        return lang
+    if isinstance(lang, (bytes, bytearray, Mapping)) or not isinstance(lang, Iterable):
+        raise LaserInputError(f"lang must be {_LANG_HELP}; got {type(lang).__name__} {lang!r:.60}")
+    langs = list(lang)
+    for i, code in enumerate(langs):
+        if not isinstance(code, str) or not code.strip():
+            raise LaserInputError(f"lang[{i}] is {code!r:.40} ({type(code).__name__}); expected a language code "
+                                  "(str) or 'auto'")
+    if n_texts is not None and len(langs) != n_texts:
+        raise LaserInputError(f"got {len(langs)} languages for {n_texts} sentences: give one language code per "
+                              "sentence, or a single code (or 'auto') for all of them")
+    return langs
+
+
+def _check_lines_arg(lines) -> None:
+    """A batch of sentences: not a str (its characters would be taken for sentences), not a mapping or a set."""
+    if isinstance(lines, (str, bytes, bytearray)):
+        raise LaserInputError(f"expected a list of sentences, got a single {type(lines).__name__}; wrap it in a list")
+    if isinstance(lines, (Mapping, set, frozenset)) or not isinstance(lines, Iterable):
+        raise LaserInputError(f"expected a list of sentences (str), got {type(lines).__name__}")
 
 
 def _check_stage(stage: str) -> None:
@@ -188,19 +228,25 @@ class LaserTextPipeline:
         return pre
 
     def preprocess(self, lines: Sequence[str], lang: str | Sequence[str] | None = None) -> list[str]:
-        """Raw lines -> ``.tok`` lines; ``lang`` one code or one per line."""
+        """Raw lines -> ``.tok`` lines; ``lang`` one code, ``"auto"`` (detected per line, see
+        :mod:`hf_laser.langid`) or one per line (which may be ``"auto"`` too)."""
+        _check_lines_arg(lines)
         lines = list(lines)
         _check_texts(lines)
-        if lang is None or isinstance(lang, str):
+        lang = self.lang if lang is None else _check_lang(lang, len(lines))
+        if isinstance(lang, str) and not is_auto(lang):
             return list(self.preprocessor(lang).batch(lines)) if lines else []
-        langs = list(lang)
-        if len(langs) != len(lines):
-            raise ValueError(f"got {len(langs)} languages for {len(lines)} texts")
+        langs = [AUTO] * len(lines) if isinstance(lang, str) else list(lang)
+        auto = [i for i, lg in enumerate(langs) if is_auto(lg)]
+        if auto:
+            from .langid import detect
+
+            fallback = self.lang if isinstance(self.lang, str) and not is_auto(self.lang) else "en"
+            for i, code in zip(auto, detect([lines[i] for i in auto], default=fallback)):
+                langs[i] = code
         out: list[str] = [""] * len(lines)
         groups: dict[str, list[int]] = {}
         for i, lg in enumerate(langs):
-            if not isinstance(lg, str):
-                raise TypeError(f"language at position {i} is {type(lg).__name__}, expected str")
             groups.setdefault(lg, []).append(i)
         for lg, idx in groups.items():
             res = self.preprocessor(lg).batch([lines[i] for i in idx])
@@ -397,14 +443,19 @@ def _chunks(lines: Iterable[str], lang, chunk_size: int):
     it = iter(lines)
     per_line = lang is not None and not isinstance(lang, str)
     lit = iter(lang) if per_line else None
+    n = 0
     while True:
         chunk = list(itertools.islice(it, chunk_size))
         if not chunk:
+            if per_line and next(lit, None) is not None:
+                raise LaserInputError(f"more languages than sentences: {n} sentences but more than {n} languages")
             return
+        n += len(chunk)
         if per_line:
             lchunk = list(itertools.islice(lit, len(chunk)))
             if len(lchunk) != len(chunk):
-                raise ValueError("fewer languages than texts")
+                raise LaserInputError(f"fewer languages than sentences: {n - len(chunk) + len(lchunk)} languages "
+                                      f"for {n} or more sentences")
             yield chunk, lchunk
         else:
             yield chunk, lang
@@ -455,13 +506,15 @@ class LaserTokenizer(PreTrainedTokenizer):
             ``*.fvocab``).
         spm_model_file: SentencePiece model (LASER2, ``laser2.spm``).  Exactly one of
             ``bpe_codes_file`` / ``spm_model_file``.
-        lang: default language (ISO 639-1 or -3 code, see :func:`hf_laser.preprocessing.normalize_lang`);
-            can be overridden per call, or per sentence with a list.
+        lang: default language (ISO 639-1 or -3 code, see :func:`hf_laser.preprocessing.normalize_lang`, or
+            ``"auto"``), used by calls without ``lang`` (with a warning when their text looks like another
+            language, see :meth:`resolve_lang`); can be overridden per call, or per sentence with a list.
         laser2_punct_lang: LASER2 only, see :class:`LaserTextPipeline`.
         mode: optional, ``"laser1"``/``"laser2"``; checked against the files given.
 
     Calls: ``tokenizer(texts, lang="fr", padding=True, return_tensors="pt")``;
-    ``lang=[...]`` one code per text; ``pretokenized=True`` (or ``"bpe"``) for text that already
+    ``lang=[...]`` one code per text; ``lang="auto"`` detects the language of every text
+    (:mod:`hf_laser.langid`); ``pretokenized=True`` (or ``"bpe"``) for text that already
     is BPE/SPM output (split on whitespace and looked up, as LASER's encoder does),
     ``pretokenized="tok"`` for already preprocessed ``.tok`` text; ``num_proc`` for big batches.
     ``input_ids`` end with ``</s>``, no ``<s>``.  Default padding side is right (LASER's
@@ -630,13 +683,36 @@ class LaserTokenizer(PreTrainedTokenizer):
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
         return 2 if pair else 1
 
+    # ------------------------------------------------------------------ language
+    @property
+    def default_lang(self) -> str:
+        """The language used when a call gives none: the configured ``lang`` (``tokenizer_config.json``), else
+        ``"en"``."""
+        return self.lang if isinstance(self.lang, str) and self.lang.strip() else "en"
+
+    def resolve_lang(self, lang, texts: Sequence[str] = (), *, pretokenized: bool | str = False,
+                     n_texts: int | None = None):
+        """``lang`` checked (:func:`_check_lang`); for ``lang=None`` the :attr:`default_lang`, after checking
+        (a sample of at most 100 of) ``texts`` against it: a ``UserWarning`` at the caller's line says so when
+        most of them are in another language (see :func:`hf_laser.langid.check_default_lang`).  An explicit
+        ``lang`` never warns; neither does pre-tokenized input (no preprocessing)."""
+        if lang is not None:
+            return _check_lang(lang, n_texts)
+        used = self.default_lang
+        if pretokenized is False and not is_auto(used) and texts:
+            from .langid import check_default_lang
+
+            check_default_lang(texts, used)
+        return used
+
     # ------------------------------------------------------------------ text -> tokens
     def preprocess(self, texts: str | Sequence[str], lang: str | Sequence[str] | None = None):
         """Raw text -> ``.tok`` text (a str for a str, a list for a list)."""
-        lang = self.lang if lang is None else lang
         if isinstance(texts, str):
-            return self.pipeline.preprocess([texts], lang)[0]
-        return self.pipeline.preprocess(texts, lang)
+            return self.pipeline.preprocess([texts], self.resolve_lang(lang, [texts], n_texts=1))[0]
+        _check_lines_arg(texts)
+        texts = list(texts)
+        return self.pipeline.preprocess(texts, self.resolve_lang(lang, texts, n_texts=len(texts)))
 
     def tokenize(self, text: str, lang: str | None = None, pretokenized: bool | str = False, **kwargs) -> list[str]:
         """Text -> subword tokens (BPE pieces with ``@@`` / SPM pieces), as LASER's encoder splits them.
@@ -649,7 +725,10 @@ class LaserTokenizer(PreTrainedTokenizer):
         _check_pretokenized(pretokenized)
         if pretokenized in (True, "bpe"):
             return text.split()
-        tok = text if pretokenized == "tok" else self.pipeline.preprocess([text], self.lang if lang is None else lang)[0]
+        if pretokenized == "tok":
+            tok = text
+        else:
+            tok = self.pipeline.preprocess([text], self.resolve_lang(lang, [text], n_texts=1))[0]
         return self.pipeline.subword_tokens([tok])[0]
 
     def _tokenize(self, text, **kwargs):
@@ -664,13 +743,24 @@ class LaserTokenizer(PreTrainedTokenizer):
         num_proc: int = 1,
         chunk_size: int = 2000,
     ) -> list[list[int]]:
-        """Lines -> lists of ids (``</s>`` appended), order preserved; ``num_proc > 1`` uses a pool."""
-        lang = self.lang if lang is None else lang
-        if not isinstance(lang, str):
-            lang = list(lang)
+        """Lines -> lists of ids (``</s>`` appended), order preserved; ``num_proc > 1`` uses a pool.
+
+        ``lang``: one code, ``"auto"`` (detected per line), or one code per line; None: :attr:`default_lang`,
+        with a warning when the lines look like another language (see :meth:`resolve_lang`)."""
+        _check_lines_arg(lines)
+        if lang is None:
+            if isinstance(lines, Sequence):
+                sample = lines
+            else:  # an iterator: its first lines are the sample
+                it = iter(lines)
+                sample = list(itertools.islice(it, CHECK_SAMPLE))
+                lines = itertools.chain(sample, it)
+            lang = self.resolve_lang(None, sample, pretokenized=pretokenized)
+        elif not isinstance(lang, str):
             lines = list(lines)
-            if len(lang) != len(lines):
-                raise ValueError(f"got {len(lang)} languages for {len(lines)} texts")
+            lang = _check_lang(lang, len(lines))
+        else:
+            lang = _check_lang(lang)
         return list(_iter_chunked(self._core, lines, lang, "ids", pretokenized, num_proc, chunk_size))
 
     def iter_tokenize_file(
@@ -686,10 +776,17 @@ class LaserTokenizer(PreTrainedTokenizer):
         """Stream a file: one item per input line (split on ``'\\n'`` only).
 
         ``stage="tok"``/``"bpe"`` yield strings (``.tok`` / ``.bpe`` or ``.spm`` lines),
-        ``stage="ids"`` yields lists of ids with ``</s>``.
+        ``stage="ids"`` yields lists of ids with ``</s>``.  ``lang=None``: as :meth:`encode_lines` (the first
+        100 lines are checked).
         """
-        lang = self.lang if lang is None else lang
-        yield from _iter_chunked(self._core, read_lines(path), lang, stage, pretokenized, num_proc, chunk_size)
+        lines = read_lines(path)
+        if lang is None:
+            head = list(itertools.islice(lines, CHECK_SAMPLE))
+            lang = self.resolve_lang(None, head, pretokenized=pretokenized)
+            lines = itertools.chain(head, lines)
+        else:
+            lang = _check_lang(lang)
+        yield from _iter_chunked(self._core, lines, lang, stage, pretokenized, num_proc, chunk_size)
 
     # ------------------------------------------------------------------ __call__ fast path
     def __call__(self, text=None, *args, **kwargs) -> BatchEncoding:
@@ -742,7 +839,7 @@ class LaserTokenizer(PreTrainedTokenizer):
             texts = []
             for i, s in enumerate(sents):
                 if not isinstance(s, (list, tuple)):
-                    raise TypeError(f"text at position {i} is {type(s).__name__}, expected a list of words")
+                    raise LaserInputError(f"text at position {i} is {type(s).__name__}, expected a list of words")
                 _check_texts(s)
                 texts.append(" ".join(s))
             if pretokenized is False:
@@ -758,22 +855,19 @@ class LaserTokenizer(PreTrainedTokenizer):
             else:
                 batched, texts = True, list(text)
         else:
-            raise TypeError(f"text at position 0 is {type(text).__name__}, expected str or a list of str")
+            raise LaserInputError(f"text at position 0 is {type(text).__name__}, expected str or a list of str")
 
         if texts is not None:
-            if lang is not None and not isinstance(lang, str):
-                lang = list(lang)
-                if len(lang) != len(texts):
-                    raise ValueError(f"got {len(lang)} languages for {len(texts)} texts")
             _check_texts(texts)
-            ids_list = self.encode_lines(
-                texts, self.lang if lang is None else lang, pretokenized=pretokenized, num_proc=num_proc
-            )
+            lang = self.resolve_lang(lang, texts, pretokenized=pretokenized, n_texts=len(texts))
+            ids_list = self.encode_lines(texts, lang, pretokenized=pretokenized, num_proc=num_proc)
             if not add_special_tokens:
                 for ids in ids_list:
                     ids.pop()
-        elif add_special_tokens:
-            ids_list = [ids + [self.eos_token_id] for ids in ids_list]
+        else:
+            _check_lang(lang)  # ids need no language, but a wrong argument is still an error
+            if add_special_tokens:
+                ids_list = [ids + [self.eos_token_id] for ids in ids_list]
 
         # truncation (keeps </s> at the end)
         if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
