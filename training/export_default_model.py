@@ -137,8 +137,8 @@ mean Tatoeba error over {', '.join(FOCUS)} {cost['focus_tatoeba_mean']['float32'
 Produced by `python training/report.py --run runs/laser-mini --tatoeba-langs all --bucc-dir ../shared/data/mining
 --curve --plot`; "untrained" is the same architecture at step 0. Error = nearest-neighbour search by cosine,
 in %, lower is better. Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the
-Tatoeba table: the model is useless for them (mostly languages absent from the training data, or whose script the
-vocabulary barely covers).
+Tatoeba table: the model is useless for them (several of them, e.g. ara, ell, kor, have 12k–17k training
+pairs; why the model fails on them was not analysed).
 
 {report_md.split(chr(10), 2)[2]}
 ![Tatoeba error per language](tatoeba.png)
