@@ -371,13 +371,11 @@ PREFIX_SHA256 = {
 
 
 def test_prefix_files_shipped_unmodified():
-    d = P._PREFIX_DIR
-    assert set(PREFIX_SHA256) == set(P.NONBREAKING_PREFIX_LANGS)
-    assert sorted(p.name for p in d.iterdir() if p.name.startswith("nonbreaking_prefix.")) == sorted(
-        f"nonbreaking_prefix.{k}" for k in PREFIX_SHA256)
+    from hf_laser.nonbreaking_prefixes import PREFIX_FILES, prefix_file_bytes
+
+    assert set(PREFIX_SHA256) == set(P.NONBREAKING_PREFIX_LANGS) == set(PREFIX_FILES)
     for lang, digest in PREFIX_SHA256.items():
-        data = (d / f"nonbreaking_prefix.{lang}").read_bytes()
-        assert hashlib.sha256(data).hexdigest()[:16] == digest, lang
+        assert hashlib.sha256(prefix_file_bytes(lang)).hexdigest()[:16] == digest, lang
 
 
 # ----------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ wrong), so the rules are re-implemented here and sacremoses is not imported at a
 
 Non-breaking-prefix files
 -------------------------
-``data/nonbreaking_prefixes`` holds the 25 files LASER installs, at their RELEASE-4.0
+``nonbreaking_prefixes.py`` holds the 25 files LASER installs, at their RELEASE-4.0
 (2017-09) content as far as it could be reconstructed: Tamil is the old letter list (the
 reference output needs it; replaced in Moses in 2019), English has no ``Rs`` (added after
 July 2019), Swedish is the pre-2020 list, Lithuanian includes the January 2017 additions.
@@ -91,8 +91,9 @@ import re
 import threading
 import unicodedata
 import warnings
-from pathlib import Path
 from typing import Callable, Iterable
+
+from .nonbreaking_prefixes import prefix_file_bytes
 
 __all__ = [
     "normalize_lang",
@@ -109,13 +110,11 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 
 #: Languages whose non-breaking-prefix file LASER installs (Moses RELEASE-4.0 content,
-#: shipped in ``hf_laser/data/nonbreaking_prefixes``).  Any other language makes
+#: embedded in ``hf_laser/nonbreaking_prefixes.py``).  Any other language makes
 #: ``tokenizer.perl`` fall back to the English file.
 NONBREAKING_PREFIX_LANGS = frozenset(
     "ca cs de el en es fi fr ga hu is it lt lv nl pl pt ro ru sk sl sv ta yue zh".split()
 )
-
-_PREFIX_DIR = Path(__file__).resolve().parent / "data" / "nonbreaking_prefixes"
 
 #: ISO 639-1 codes (plus the deprecated ``bh``).
 _ISO639_1 = frozenset(
@@ -551,7 +550,7 @@ def _load_prefixes(lang: str) -> dict[str, int]:
     or start with ``#`` are skipped, later entries overwrite earlier ones.
     """
     name = lang if lang in NONBREAKING_PREFIX_LANGS else "en"
-    raw = (_PREFIX_DIR / f"nonbreaking_prefix.{name}").read_bytes()
+    raw = prefix_file_bytes(name)
     text = raw.decode("utf-8", errors="replace")
     numeric = re.compile(r"(.*)[" + _PERL_WS_CLASS + r"]+(#NUMERIC_ONLY#)")
     out: dict[str, int] = {}
