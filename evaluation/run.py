@@ -1,12 +1,14 @@
 """Evaluates a LASER model on the paper's benchmarks with one command.
 
-    python -m evaluation.run --model DIR --tasks tatoeba,xnli,mldoc[,bucc] [--langs fra,deu,...] --out RESULTS_DIR \\
+    python -m evaluation.run --model DIR --tasks tatoeba,xnli,mldoc[,bucc][,xsim] [--langs fra,deu,...] --out RESULTS_DIR \\
         [--tatoeba-dir ../shared/data/tatoeba/v1] [--xnli-dir XNLI-1.0 --mnli multinli_1.0] [--mldoc-dir MLDoc] \\
-        [--bucc-dir ../shared/data/mining]
+        [--bucc-dir ../shared/data/mining] [--xsim-dir ../shared/data/parallel/valid/flores200-devtest]
 
 Writes to RESULTS_DIR:
 - `results.json`: task → language (or pair) → metric, all in percent (schema in README.md and below);
 - `results.md`: the same as Markdown tables; `tatoeba.png`, `xnli.png`, `mldoc.png`: per-language plots;
+- `xsim/`: with `--tasks xsim`, the N-way similarity search's matrix, heatmap and per-language table
+  (`evaluation/xsim.py`);
 - `results_info.json`: settings, data counts (e.g. MultiNLI pairs dropped for lack of a gold label), timings.
 
 results.json::
@@ -33,7 +35,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-TASK_NAMES = ("tatoeba", "xnli", "mldoc", "bucc")
+TASK_NAMES = ("tatoeba", "xnli", "mldoc", "bucc", "xsim")
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -81,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="LASER model directory (hf-laser convert / training) or Hub id "
                    "(default: the shipped laser-mini)")
-    p.add_argument("--tasks", default="tatoeba", help="comma-separated: tatoeba,xnli,mldoc,bucc (default tatoeba)")
+    p.add_argument("--tasks", default="tatoeba",
+                   help="comma-separated: tatoeba,xnli,mldoc,bucc,xsim (default tatoeba)")
     p.add_argument("--langs", default=None,
                    help="restrict every task to these languages (ISO 639-3 like fra,deu or 2-letter like fr,de)")
     p.add_argument("--out", required=True, help="RESULTS_DIR")
@@ -110,6 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bucc-train-split", default="training")
     g.add_argument("--bucc-eval-split", default="sample")
     g.add_argument("--bucc-max-sentences", type=int, default=None, help="subsample each side (quick checks)")
+    g = p.add_argument_group("N-way similarity search (evaluation/xsim.py)")
+    g.add_argument("--xsim-dir", default=None, help="multi-parallel folder of {lang}.txt files (default "
+                   "../shared/data/parallel/valid/flores200-devtest); --langs selects file names")
+    g.add_argument("--xsim-margin", action="store_true", help="also the ratio-margin variant")
+    g.add_argument("--xsim-drop-duplicates", action="store_true", help="drop rows whose text occurs on another row")
+    g.add_argument("--xsim-drop-empty", action="store_true", help="drop rows that are empty in some language")
+    g.add_argument("--xsim-max-sentences", type=int, default=None, help="only the first N lines")
+    g.add_argument("--xsim-langs-tsv", default=None, help="langs.tsv with script and name of each code "
+                   "(default ../shared/data/parallel/langs.tsv when present)")
     g = p.add_argument_group("classifiers and embedding")
     g.add_argument("--patience", type=int, default=None, help="early stop after N epochs without dev gain")
     g.add_argument("--save-classifiers", action="store_true",
@@ -244,6 +256,21 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict:
                                                                  "seconds") if k in r}
                 log(f"bucc {pair}: P {results['bucc'][pair]['precision']:.2f} R {results['bucc'][pair]['recall']:.2f}"
                     f" F1 {results['bucc'][pair]['f1']:.2f}")
+        elif task == "xsim":
+            from .xsim import DEFAULT_DATA, DEFAULT_LANGS_TSV, evaluate_xsim
+
+            res = evaluate_xsim(cache, args.xsim_dir or DEFAULT_DATA, _split(args.langs),
+                                margin=args.xsim_margin, drop_duplicates=args.xsim_drop_duplicates,
+                                drop_empty=args.xsim_drop_empty, max_sentences=args.xsim_max_sentences,
+                                pretokenized=args.pretokenized, device=args.device,
+                                langs_tsv=args.xsim_langs_tsv or DEFAULT_LANGS_TSV, out_dir=out / "xsim",
+                                title=Path(str(args.model)).name, show_progress=show, log=log)
+            results["xsim"] = {"average": res["average"], "pooled_average": res["pooled_average"],
+                               "languages": len(res["languages"]), "n_sentences": res["n_sentences"],
+                               **({"average_margin": res["average_margin"]} if "average_margin" in res else {}),
+                               "per_language": res["per_language"]}
+            info["tasks"]["xsim"] = {k: res[k] for k in ("data", "settings", "timing", "memory")}
+            info["tasks"]["xsim"]["files"] = {k: f"xsim/{v}" for k, v in res["files"].items()}
         if task in info["tasks"]:
             info["tasks"][task]["wall_seconds"] = round(time.time() - t0, 2)
 
@@ -259,6 +286,11 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict:
     write_markdown(results, out / "results.md", plots=plots,
                    header=f"# Evaluation of `{args.model}`\n\n`{info['command']}` ({info['started']}, "
                           f"{info['seconds']:.0f} s)")
+    if "xsim" in results:  # hf_laser.hub's tables do not cover it: append the per-language table xsim wrote
+        table = (out / "xsim" / "xsim_languages.md").read_text(encoding="utf-8")
+        table = table.replace("](xsim_heatmap.png)", "](xsim/xsim_heatmap.png)").replace("# N-way", "## N-way", 1)
+        with open(out / "results.md", "a", encoding="utf-8") as fh:
+            fh.write("\n" + table)
     log(f"wrote {out / 'results.json'}, {out / 'results.md'}" + "".join(f", {out / p}" for p in plots.values()))
     return results
 
