@@ -15,8 +15,9 @@ than one line (in one language or across languages) are counted and reported, an
 first such line and drops the others in every language. Empty lines (a missing translation) are an error unless
 `drop_empty=True` drops those rows everywhere. Files with different line counts, or with no sentence, are errors.
 
-The search is a loop over source languages of batched matrix products against blocks of target languages (torch,
-on `device`; the same code on CPU and GPU); memory is the embeddings plus one `n_sent × block × n_sent` block.
+The search is a loop over languages of batched matrix products against blocks of the following languages (torch, on
+`device`; the same code on CPU and GPU): one product serves both directions of a pair, so n(n+1)/2 language pairs are
+computed; memory is the embeddings plus one `n_sent × block × n_sent` block (128 MiB by default).
 
 Outputs (`write_outputs`): `xsim_matrix.csv` / `xsim.json` (matrix, averages, per-language figures, duplicates,
 settings, time and memory), `xsim_heatmap.png` (languages grouped by script, from `langs.tsv` or detected from the
@@ -246,47 +247,57 @@ def search_errors(embeddings, *, margin: bool = False, k: int = 4, device: str |
         raise ValueError(f"embeddings must be (n_langs >= 2, n_sentences >= 1, dim), got {tuple(x.shape)}")
     if not torch.isfinite(x).all():
         raise ValueError("embeddings contain NaN or infinite values")
-    n_langs, n, _ = x.shape
+    n_langs, n, dim = x.shape
     x = torch.nn.functional.normalize(x.float().to(device), dim=-1)
     k = max(1, min(k, n))
     block = max(1, min(n_langs, block_elements // (n * n)))
     gold = torch.arange(n, device=device)
     errors = torch.zeros((n_langs, n_langs), dtype=torch.int64, device=device)
     errors_margin = torch.zeros_like(errors) if margin else None
-    pooled = torch.zeros(n_langs, dtype=torch.int64, device=device)
-    t0 = time.time()
-    for s in tqdm(range(n_langs), desc="xsim", unit="lang", disable=not show_progress):
-        best_sim = torch.full((n,), -float("inf"), device=device)
-        best_row = torch.full((n,), -1, dtype=torch.int64, device=device)
-        for t0_ in range(0, n_langs, block):
-            t1_ = min(n_langs, t0_ + block)
-            # (n, m, n): sims[i, b, j] = cos(source sentence i, sentence j of target language t0_ + b)
-            sims = torch.einsum("id,bjd->ibj", x[s], x[t0_:t1_])
-            if t0_ <= s < t1_:  # a sentence must not find itself in the pooled search
-                sims[gold, s - t0_, gold] = -float("inf")
-            found = sims.argmax(dim=2)  # (n, m)
-            errors[s, t0_:t1_] += (found != gold[:, None]).sum(dim=0)
-            if margin:
-                knn_src = sims.topk(k, dim=2).values.mean(dim=2)  # (n, m): x's k nearest in each target language
-                knn_tgt = sims.topk(k, dim=0).values.mean(dim=0)  # (m, n): y's k nearest among the source sentences
-                if t0_ <= s < t1_:  # the pair (s, s) is not evaluated; keep its -inf out of the scores
-                    knn_src[:, s - t0_] = 1.0
-                    knn_tgt[s - t0_] = 1.0
-                score = sims / ((knn_src[:, :, None] + knn_tgt[None, :, :]) / 2)
-                errors_margin[s, t0_:t1_] += (score.argmax(dim=2) != gold[:, None]).sum(dim=0)
-            flat = sims.reshape(n, -1)
-            val, idx = flat.max(dim=1)
-            better = val > best_sim
-            best_sim = torch.where(better, val, best_sim)
-            best_row = torch.where(better, idx % n, best_row)
-        pooled[s] = (best_row != gold).sum()
+    # pooled search: best similarity so far of every sentence of every language, and the row it was found on
+    best_sim = torch.full((n_langs, n), -float("inf"), device=device)
+    best_row = torch.full((n_langs, n), -1, dtype=torch.int64, device=device)
+    t_start = time.time()
+    # cos(s_i, t_j) serves both s→t (argmax over j) and t→s (argmax over i), and the ratio margin is symmetric
+    # too, so each unordered pair of languages is computed once: targets t ≥ s only (half the products)
+    steps = sum(len(range(s, n_langs, block)) for s in range(n_langs))
+    with tqdm(total=steps, desc="xsim", unit="block", disable=not show_progress) as bar:
+        for s in range(n_langs):
+            for t0 in range(s, n_langs, block):
+                t1 = min(n_langs, t0 + block)
+                # (n, m, n): sims[i, b, j] = cos(sentence i of language s, sentence j of language t0 + b)
+                sims = (x[s] @ x[t0:t1].reshape(-1, dim).T).view(n, t1 - t0, n)
+                if t0 == s:  # a sentence must not find itself in the pooled search; pair (s, s) is not evaluated
+                    sims[gold, 0, gold] = -float("inf")
+                errors[s, t0:t1] += (sims.argmax(dim=2) != gold[:, None]).sum(dim=0)
+                errors[t0:t1, s] += (sims.argmax(dim=0) != gold[None, :]).sum(dim=1)
+                if margin:
+                    knn_s = sims.topk(k, dim=2).values.mean(dim=2)  # (n, m): s_i's k nearest in each language t
+                    knn_t = sims.topk(k, dim=0).values.mean(dim=0)  # (m, n): t_j's k nearest in language s
+                    if t0 == s:  # keep the -inf of the unevaluated pair (s, s) out of the scores
+                        knn_s[:, 0] = 1.0
+                        knn_t[0] = 1.0
+                    score = sims / ((knn_s[:, :, None] + knn_t[None, :, :]) / 2)
+                    errors_margin[s, t0:t1] += (score.argmax(dim=2) != gold[:, None]).sum(dim=0)
+                    errors_margin[t0:t1, s] += (score.argmax(dim=0) != gold[None, :]).sum(dim=1)
+                    del score
+                val, idx = sims.reshape(n, -1).max(dim=1)  # language s's sentences as queries
+                better = val > best_sim[s]
+                best_sim[s] = torch.where(better, val, best_sim[s])
+                best_row[s] = torch.where(better, idx % n, best_row[s])
+                val, idx = sims.max(dim=0)  # (m, n): the block's languages' sentences as queries, among s's
+                better = val > best_sim[t0:t1]
+                best_sim[t0:t1] = torch.where(better, val, best_sim[t0:t1])
+                best_row[t0:t1] = torch.where(better, idx, best_row[t0:t1])
+                bar.update(1)
+    pooled = (best_row != gold[None, :]).sum(dim=1)
     errors.fill_diagonal_(0)
     if margin:
         errors_margin.fill_diagonal_(0)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return {"errors": errors.cpu().numpy(), "errors_margin": errors_margin.cpu().numpy() if margin else None,
-            "pooled_errors": pooled.cpu().numpy(), "n_sentences": n, "seconds": round(time.time() - t0, 2),
+            "pooled_errors": pooled.cpu().numpy(), "n_sentences": n, "seconds": round(time.time() - t_start, 2),
             "memory": _peak_memory()}
 
 
