@@ -151,7 +151,8 @@ def test_saved_model_keeps_auto_map_when_imported_from_submodule(tmp_path):
     result = run_python(code)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {
-        "AutoConfig": "configuration_laser.LaserConfig", "AutoModel": "modeling_laser.LaserModel"}
+        "AutoConfig": "configuration_laser.LaserConfig", "AutoModel": "modeling_laser.LaserModel",
+        "AutoModelForSequenceClassification": "modeling_laser.LaserForSequenceClassification"}
 
 
 def test_cli_default_max_tokens_matches_encoder():

@@ -143,7 +143,12 @@ def test_save_load_roundtrip_safetensors(tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "laser"
     assert config["auto_map"] == {"AutoConfig": "configuration_laser.LaserConfig",
-                                  "AutoModel": "modeling_laser.LaserModel"}
+                                  "AutoModel": "modeling_laser.LaserModel",
+                                  "AutoModelForSequenceClassification": "modeling_laser.LaserForSequenceClassification"}
+    assert config["custom_pipelines"]["feature-extraction"]["impl"] == "pipeline_laser.LaserFeatureExtractionPipeline"
+    for name in ("modeling_laser.py", "configuration_laser.py", "pipeline_laser.py"):
+        assert (tmp_path / name).is_file(), name
+    assert not (tmp_path / "modules.json").exists()  # no tokenizer saved: not a sentence-transformers model yet
     assert isinstance(AutoConfig.from_pretrained(tmp_path), LaserConfig)
     loaded = AutoModel.from_pretrained(tmp_path)
     assert isinstance(loaded, LaserModel)

@@ -64,14 +64,25 @@ def test_sentence_embedding_pipeline(tiny_model_dir):
 
 
 def test_feature_extraction_pipeline(tiny_model_dir):
+    """The directory's own feature-extraction pipeline (config.json `custom_pipelines`) takes `lang=`."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    extract = pipeline("feature-extraction", model=str(tiny_model_dir), tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        pipeline("feature-extraction", model=str(tiny_model_dir))
+    extract = pipeline("feature-extraction", model=str(tiny_model_dir), trust_remote_code=True)
+    assert type(extract).__name__ == "LaserFeatureExtractionPipeline"
     line = raw("tatoeba.fra-eng.fra", 1)[0]
-    features = np.array(extract(line, tokenize_kwargs={"lang": "fr"}))[0]
+    features = np.array(extract(line, lang="fr"))[0]
     n_tokens = len(tokenizer(line, lang="fr")["input_ids"])
     assert features.shape == (n_tokens, 96)
     # max over the token features is the sentence embedding
     assert np.abs(features.max(0) - reference_embeddings("tatoeba.fra-eng.fra")[0]).max() <= 1e-5
+    # the stock pipeline's tokenize_kwargs still work, and one language per sentence
+    assert np.array_equal(np.array(extract(line, tokenize_kwargs={"lang": "fr"}))[0], features)
+    el = raw("tatoeba.ell-eng.ell", 1)[0]
+    both = extract([line, el], lang=["fr", "el"])
+    assert np.abs(np.array(both[1])[0].max(0) - reference_embeddings("tatoeba.ell-eng.ell")[0]).max() <= 1e-5
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        extract(line, language="fr")
 
 
 def test_cli_embed_raw_text(tiny_model_dir, tmp_path):

@@ -41,6 +41,7 @@ from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import BatchEncoding, PaddingStrategy, TruncationStrategy
 
 from .bpe import FastBPE, read_codes, read_vocab
+from .integration_files import write_integration_files
 from .langid import AUTO, CHECK_SAMPLE, is_auto
 
 __all__ = [
@@ -192,7 +193,11 @@ class LaserTextPipeline:
             self.spm = None
             self._spm_proto = None
         else:
-            import sentencepiece as spm
+            try:  # (in a try block: transformers then does not require sentencepiece for remote LASER1 tokenizers)
+                import sentencepiece as spm
+            except ImportError as err:
+                raise ImportError("LASER2 (SentencePiece) tokenization needs sentencepiece: "
+                                  "pip install sentencepiece==0.2.1") from err
 
             self.mode = "laser2"
             if isinstance(spm_model, (bytes, bytearray)):
@@ -525,6 +530,9 @@ class LaserTokenizer(PreTrainedTokenizer):
 
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "attention_mask"]
+    # `save_pretrained` ships this file (and the modules it imports) and writes the `auto_map`, so the directory
+    # loads with `AutoTokenizer.from_pretrained(dir, trust_remote_code=True)` where hf_laser is not installed
+    _auto_class = "AutoTokenizer"
     padding_side = "right"
     truncation_side = "right"
 
@@ -959,6 +967,13 @@ class LaserTokenizer(PreTrainedTokenizer):
         return data
 
     # ------------------------------------------------------------------ saving
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedTokenizer.save_pretrained`; next to a saved LASER model it also completes the directory's
+        integration files (`integration_files.py`: `AutoTokenizer` in `config.json`, sentence-transformers)."""
+        saved = super().save_pretrained(save_directory, *args, **kwargs)
+        write_integration_files(save_directory)
+        return saved
+
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         if not os.path.isdir(save_directory):
             raise ValueError(f"vocabulary path ({save_directory}) should be a directory")
@@ -1012,9 +1027,11 @@ def run_tokenize(args: argparse.Namespace) -> int:
     """``hf-laser tokenize``: exactly one output line per input line (split on ``'\\n'`` only)."""
     try:
         if args.bpe_codes is None and args.spm_model is None:
-            from .models import resolve_model
+            # `from . import` rather than `from .models import`: transformers would otherwise look for a models.py
+            # to ship with this file as remote code (the CLI never runs there)
+            from . import models
 
-            tok = LaserTokenizer.from_pretrained(resolve_model(args.model, who="hf-laser tokenize"))
+            tok = LaserTokenizer.from_pretrained(models.resolve_model(args.model, who="hf-laser tokenize"))
             pipeline = tok.pipeline
             if args.laser2_punct_lang is not None:
                 pipeline.laser2_punct_lang = args.laser2_punct_lang
