@@ -30,6 +30,7 @@ from typing import Any
 import sentence_transformers
 import torch
 from sentence_transformers.base.modules import InputModule
+from transformers import PretrainedConfig
 
 from .modeling_laser import LaserModel
 from .tokenization_laser import LaserTokenizer
@@ -145,6 +146,10 @@ class LaserSentenceTransformerModule(InputModule):
             raise ValueError(f"the LASER module runs on the torch backend only, got backend={backend!r}")
         hub = {"subfolder": subfolder, "token": token, "cache_dir": cache_folder, "revision": revision,
                "local_files_only": local_files_only}
+        model_type = PretrainedConfig.get_config_dict(model_name_or_path, **hub)[0].get("model_type")
+        if model_type != "laser":
+            raise ValueError(f"{model_name_or_path} is not a LASER directory (config.json model_type {model_type!r}, "
+                             "expected 'laser')")
         model = LaserModel.from_pretrained(model_name_or_path, **hub, **(config_kwargs or {}), **(model_kwargs or {}))
         tokenizer = LaserTokenizer.from_pretrained(model_name_or_path, **hub, **(processor_kwargs or {}))
         return cls(model.eval(), tokenizer)

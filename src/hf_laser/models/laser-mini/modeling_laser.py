@@ -20,6 +20,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutpu
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_laser import LaserConfig
+from .integration_files import write_integration_files
 
 
 class LaserPreTrainedModel(PreTrainedModel):
@@ -88,6 +89,27 @@ class LaserPreTrainedModel(PreTrainedModel):
                 "(missing or mis-shaped tensors are then newly initialised, unexpected ones dropped)."
             )
         return (model, info) if output_loading_info else model
+
+    def save_pretrained(self, save_directory, *args, is_main_process: bool = True, push_to_hub: bool = False,
+                        **kwargs):
+        r"""
+        `PreTrainedModel.save_pretrained`, plus the files that make the directory work without hf_laser
+        (`integration_files.py`): the full `auto_map` and, for a [`LaserModel`], the `feature-extraction` pipeline
+        that takes `lang=` and (once the tokenizer is saved too) the sentence-transformers configuration.
+        """
+        if push_to_hub:
+            # transformers uploads from inside save_pretrained, before the files below exist: save, then push
+            # (`push_to_hub` saves again, into a temporary directory, and uploads all of it)
+            hub_kwargs = {k: kwargs.pop(k) for k in ("commit_message", "commit_description", "private", "revision",
+                                                     "create_pr", "tags") if k in kwargs}
+            repo_id = kwargs.pop("repo_id", os.path.basename(os.path.normpath(save_directory)))
+            self.save_pretrained(save_directory, *args, is_main_process=is_main_process, **kwargs)
+            if is_main_process:
+                self.push_to_hub(repo_id, token=kwargs.get("token"), **hub_kwargs)
+            return
+        super().save_pretrained(save_directory, *args, is_main_process=is_main_process, **kwargs)
+        if is_main_process:
+            write_integration_files(save_directory)
 
     def _laser_key_problems(self, info: dict, allow_mismatched: bool) -> list[str]:
         problems = []

@@ -1,0 +1,178 @@
+"""Language identification for `lang="auto"`, and the check behind the default language.
+
+The detector is [py3langid](https://github.com/adbar/py3langid) (a maintained fork of langid.py, naive Bayes over
+byte n-grams, 4.5 MB model inside its wheel, numpy only): see `benchmarks/langid_accuracy.py` and the README for its
+accuracy on Tatoeba's 112 languages and its speed. It is imported (and its model loaded, ~0.5 s) on first use only.
+
+Detected languages are returned as the tokenizer's language codes ([`hf_laser.preprocessing.normalize_lang`]):
+`zh` (jieba), `ja` (MeCab), `el` (romanised), the Moses languages with their prefix files and rules, and any other
+language as its own code (Moses defaults, like every language without special handling).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+__all__ = ["detect", "classify", "majority", "check_default_lang", "detector_version", "is_auto", "AUTO",
+           "warn_at_caller", "supported_codes"]
+
+AUTO = "auto"
+DETECTOR = "py3langid"
+DETECTOR_VERSION = "0.4.0"  # pinned in pyproject.toml; recorded in embedding manifests of lang="auto" runs
+
+# py3langid labels -> tokenizer codes where `normalize_lang` alone is not right.
+_LABEL_TO_CODE = {
+    "no": "nb",  # Norwegian: Tatoeba and LASER use Bokmål's code
+    "grc": "el",  # Ancient Greek script: romanised like Greek
+    "hbo": "he",
+    "gug": "gn",
+    "uzs": "uz",
+    "sdh": "ku",
+}
+# Labels never returned: "zxx" (no linguistic content) and languages that neither LASER nor its preprocessing
+# know (they would only turn near-misses of known languages into "unknown language code" warnings).
+_EXCLUDED_LABELS = frozenset({"zxx", "bcl", "ext", "gcf", "gcr", "gom", "guw", "pcm"})
+
+# the default-language check: sentences classified with at least this probability count
+CHECK_MIN_PROB = 0.5
+CHECK_SAMPLE = 100
+
+_lock = threading.Lock()
+_identifier = None
+_codes: list[str] = []
+
+
+def is_auto(lang) -> bool:
+    """Whether `lang` asks for detection (`"auto"`, any case)."""
+    return isinstance(lang, str) and lang.strip().lower() == AUTO
+
+
+def detector_version() -> str:
+    """`"py3langid 0.4.0"`: the detector behind `lang="auto"` (part of an embedding file's identity)."""
+    try:
+        from importlib.metadata import version
+
+        return f"{DETECTOR} {version(DETECTOR)}"
+    except Exception:  # noqa: BLE001 - not installed: say what is expected
+        return f"{DETECTOR} {DETECTOR_VERSION}"
+
+
+def _load():
+    global _identifier, _codes
+    with _lock:
+        if _identifier is None:
+            try:
+                from py3langid.langid import MODEL_FILE, LanguageIdentifier
+            except ImportError as err:
+                raise ImportError(f'language detection (lang="auto") needs py3langid: '
+                                  f'pip install "py3langid=={DETECTOR_VERSION}"') from err
+            from .preprocessing import normalize_lang
+
+            ident = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+            ident.set_languages([label for label in ident.labels if label not in _EXCLUDED_LABELS])
+            _codes = [_LABEL_TO_CODE.get(label, normalize_lang(label)) for label in ident.nb_classes]
+            _identifier = ident
+    return _identifier
+
+
+def supported_codes() -> frozenset[str]:
+    """The tokenizer codes the detector can return."""
+    _identifier or _load()
+    return frozenset(_codes)
+
+
+def _has_letters(text: str) -> bool:
+    return any(c.isalpha() for c in text)
+
+
+def classify(text: str) -> tuple[str, float] | None:
+    """`(tokenizer code, probability)` of the most likely language of `text`; None for text without letters."""
+    if not isinstance(text, str):
+        raise TypeError(f"text is {type(text).__name__}, expected str")
+    if not _has_letters(text):
+        return None
+    ident = _identifier or _load()
+    scores = ident._decide(text)
+    i = int(scores.argmax())
+    return _codes[i], float(scores[i])
+
+
+def detect(texts: Iterable[str], default: str = "en") -> list[str]:
+    """The tokenizer language code of every text (`default` for texts without letters: empty lines, numbers)."""
+    out = []
+    for text in texts:
+        r = classify(text)
+        out.append(default if r is None else r[0])
+    return out
+
+
+def sample(texts: Sequence[str], k: int = CHECK_SAMPLE) -> list[str]:
+    """At most `k` texts spread evenly over `texts` (all of them when there are fewer)."""
+    n = len(texts)
+    if n <= k:
+        return list(texts)
+    return [texts[i * n // k] for i in range(k)]
+
+
+def majority(texts: Sequence[str], min_prob: float = CHECK_MIN_PROB) -> tuple[str, int, int] | None:
+    """`(code, count, counted)`: the language of most of `texts` among those classified with probability >=
+    `min_prob` (`counted` of them), when it holds more than half of them; None otherwise."""
+    votes = Counter()
+    for text in texts:
+        r = classify(text)
+        if r is not None and r[1] >= min_prob:
+            votes[r[0]] += 1
+    counted = sum(votes.values())
+    if not counted:
+        return None
+    code, count = votes.most_common(1)[0]
+    return (code, count, counted) if 2 * count > counted else None
+
+
+# -------------------------------------------------------------------------------- warnings at the user's line
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _internal_dirs() -> tuple[str, ...]:
+    tf = sys.modules.get("transformers")
+    tf_file = getattr(tf, "__file__", None) if tf is not None else None
+    return (_PACKAGE_DIR, os.path.dirname(os.path.abspath(tf_file)) + os.sep) if tf_file else (_PACKAGE_DIR,)
+
+
+def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """`warnings.warn` attributed to the first frame outside hf_laser and transformers (the user's call), like
+    Python 3.12's `skip_file_prefixes`."""
+    internal = _internal_dirs()
+    frame, level = sys._getframe(0), 1
+    while frame is not None and (frame.f_code.co_filename.startswith(internal)
+                                 or frame.f_code.co_filename.startswith("<frozen ")):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def check_default_lang(texts: Sequence[str], used: str, *, what: str = "lang") -> str | None:
+    """The check behind `lang=None`: detects the language of (a sample of) `texts` and warns, at the user's line,
+    when most of them are confidently in another language than `used`. Returns the detected majority code."""
+    from .preprocessing import normalize_lang
+
+    texts = sample(texts)
+    if not any(isinstance(t, str) and _has_letters(t) for t in texts):
+        return None
+    try:
+        found = majority([t for t in texts if isinstance(t, str)])
+    except ImportError:  # no detector installed: nothing to check against
+        return None
+    if found is None:
+        return None
+    code, count, counted = found
+    if code != normalize_lang(used):
+        warn_at_caller(
+            f"no {what} given: the text was preprocessed as {used!r} (the default), but it looks like {code!r} "
+            f"({count} of {counted} sentences checked); pass {what}={code!r} (or {what}='auto' to detect the "
+            f"language of every sentence, or {what}={used!r} to silence this)")
+    return code
