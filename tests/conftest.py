@@ -63,7 +63,7 @@ def tiny_dictionary_dir(tmp_path_factory) -> Path:
     require_shared(TINY_CHECKPOINT)
     from hf_laser.convert import convert
 
-    return convert(TINY_CHECKPOINT, tmp_path_factory.mktemp("laser-ref-tiny-dict"))
+    return convert(TINY_CHECKPOINT, tmp_path_factory.mktemp("laser-ref-tiny-dict"), no_tokenizer=True)
 
 
 @pytest.fixture(scope="session")

@@ -203,8 +203,9 @@ def test_tokenizer_required_unless_no_tokenizer(tmp_path):
     codes, vocab = bpe_files(tmp_path)
     with pytest.raises(ValueError, match="contradicts"):
         convert(ck, tmp_path / "o2", bpe_codes=codes, bpe_vocab=vocab, no_tokenizer=True)
-    with pytest.warns(FutureWarning, match="no_tokenizer=True"):  # the Python default, kept for compatibility
+    with pytest.raises(ValueError, match=r"a tokenizer is required: .*no_tokenizer=True"):  # as the CLI
         convert(ck, tmp_path / "o3")
+    assert not (tmp_path / "o3").exists()
 
 
 def test_non_empty_output_needs_overwrite(tmp_path):

@@ -22,7 +22,6 @@ import re
 import shutil
 import sys
 import tempfile
-import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -343,7 +342,7 @@ def convert(
     spm_model: str | Path | None = None,
     spm_vocab: str | Path | None = None,
     model_card: bool = True,
-    no_tokenizer: bool | None = None,
+    no_tokenizer: bool = False,
     overwrite: bool = False,
 ) -> Path:
     """Converts an original LASER checkpoint into a Hugging Face directory.
@@ -357,9 +356,9 @@ def convert(
         bpe_codes, bpe_vocab: fastBPE codes and vocabulary (LASER1).
         spm_model, spm_vocab: SentencePiece model and `.cvocab` (LASER2).
         model_card: write a `README.md` model card from the package template.
-        no_tokenizer: convert without subword files (dictionary only: `encode(..., pretokenized=True)`). `False`
-            requires BPE or SentencePiece files (what the CLI does unless `--no-tokenizer`); `None` (default, for
-            backward compatibility) converts dictionary-only with a `FutureWarning` when no files are given.
+        no_tokenizer: convert without subword files (dictionary only: `encode(..., pretokenized=True)`), as the
+            CLI's `--no-tokenizer`. By default BPE or SentencePiece files are required: without them `convert`
+            raises `ValueError` (a directory without tokenizer only fails later, on the first raw text).
         overwrite: replace a non-empty `out_dir`.
 
     Returns:
@@ -379,15 +378,10 @@ def convert(
         raise ValueError("LASER2 conversion needs --spm-model")
     if (bpe or spm) and no_tokenizer:
         raise ValueError("--no-tokenizer (no_tokenizer=True) contradicts the subword files given; drop one")
-    if not (bpe or spm):
-        if no_tokenizer is None:
-            warnings.warn("convert() without subword files writes a dictionary-only directory (pre-tokenized input "
-                          "only); pass no_tokenizer=True to say so: this will become an error", FutureWarning,
-                          stacklevel=2)
-        elif not no_tokenizer:
-            raise ValueError("a tokenizer is required: give --bpe-codes and --bpe-vocab (LASER1) or --spm-model "
-                             "[--spm-vocab] (LASER2), or --no-tokenizer (no_tokenizer=True) for a dictionary-only "
-                             "directory that takes pre-tokenized input only")
+    if not (bpe or spm) and not no_tokenizer:
+        raise ValueError("a tokenizer is required: give --bpe-codes and --bpe-vocab (LASER1) or --spm-model "
+                         "[--spm-vocab] (LASER2), or --no-tokenizer (no_tokenizer=True) for a dictionary-only "
+                         "directory that takes pre-tokenized input only")
     for f in (bpe_codes, bpe_vocab, spm_model, spm_vocab):
         if f is not None and not Path(f).is_file():
             raise FileNotFoundError(f"file not found: {f}")
