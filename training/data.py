@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import tempfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,12 +49,22 @@ def default_cache_dir() -> Path:
 
 
 def read_text_lines(path: str | os.PathLike) -> list[str]:
-    """All lines of a UTF-8 text file, plain or gzip, split on `'\\n'` only (a final newline adds no line)."""
+    """All lines of a UTF-8 text file, plain or gzip, split on `'\\n'` only (a final newline adds no line).
+    Invalid UTF-8 bytes survive as surrogates (`errors="surrogateescape"`).
+
+    Raises:
+        ValueError: a `.gz` file that is truncated or not gzip data, naming the file.
+    """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape",
-                                                     newline="\n") as fh:
-        lines = fh.read().split("\n")
+    try:
+        with opener(path, "rb") as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape",
+                                                         newline="\n") as fh:
+            lines = fh.read().split("\n")
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        # gzip's own messages ("Compressed file ended before the end-of-stream marker was reached") name no file
+        raise ValueError(f"{path} is not a valid gzip file ({type(err).__name__}: {err}): it is truncated or "
+                         "damaged; download or compress it again") from err
     if lines and lines[-1] == "":
         lines.pop()
     return lines

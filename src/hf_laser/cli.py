@@ -1,17 +1,24 @@
-"""`hf-laser` command line: convert, embed, tokenize, mine, similar, push.
+"""`hf-laser` command line: convert, embed, tokenize, mine, embed-shards, similar, push.
 
 Each subcommand's arguments and handler live next to the code they drive (`add_*_arguments` / `run_*`); this file
 only assembles them, importing each module when its subcommand runs so that `hf-laser embed` does not import faiss,
-and `hf-laser --help` (or a usage error) imports neither torch nor transformers.
+and `hf-laser --help` (or a usage error) imports neither torch nor transformers. Every handler runs under
+[`run_cli`]: a user error is one line on stderr and exit status 2 (`HF_LASER_TRACEBACK=1` shows the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
-DEFAULT_MAX_TOKENS = 12000  # = hf_laser.encoder.DEFAULT_MAX_TOKENS (not imported: that module imports torch)
+# = hf_laser.encoder.DEFAULT_MAX_TOKENS / DEFAULT_MAX_SENTENCE_TOKENS (not imported: that module imports torch)
+DEFAULT_MAX_TOKENS = 12000
+DEFAULT_MAX_SENTENCE_TOKENS = 100_000
 
 # subcommand -> (module, add-arguments function, handler, help)
 SUBCOMMANDS = {
@@ -21,10 +28,84 @@ SUBCOMMANDS = {
     "tokenize": ("tokenization_laser", "add_tokenize_arguments", "run_tokenize",
                  "run the LASER preprocessing (+ BPE/SentencePiece) over a file, one output line per input line"),
     "mine": ("mining", "add_mine_arguments", "run_mine", "mine parallel sentences with margin-based scoring"),
+    "embed-shards": ("mining", "add_embed_shards_arguments", "run_embed_shards",
+                     "embed text files into shards for mine --embed-dir, one process per rank (multi-GPU / nodes)"),
     "similar": ("similar", "add_similar_arguments", "run_similar",
                 "print the nearest neighbours of sentences among other sentences (any languages)"),
     "push": ("hub", "add_push_arguments", "run_push", "upload a model directory (+ card and results) to the Hub"),
 }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Errors: one line, exit status 2 for the user's mistakes (shared by every subcommand; no heavy imports here)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class UsageError(ValueError):
+    """A mistake in what the user asked for (missing file, not a model directory...): the command line reports it
+    in one line and exits with status 2."""
+
+
+DISK_ERRNOS = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EIO, errno.EFBIG,
+                                    errno.EROFS) if e is not None)
+# errors in what the user gave (a path): exit status 2; other OSErrors (network, disk) are the environment's: 1
+_USER_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def one_line(err: BaseException) -> str:
+    """An exception's message on one line (its type's name when it has none)."""
+    text = " ".join(line.strip() for line in str(err).strip().splitlines() if line.strip())
+    return text or type(err).__name__
+
+
+def run_cli(who: str, fn: Callable[..., int], *args) -> int:
+    """Runs a command-line handler, turning errors into one line on stderr: user errors (missing files, bad model
+    directory, invalid values: `ValueError`, `FileNotFoundError`...) exit with 2; a full disk, an I/O or network
+    error, or a missing optional dependency with 1; Ctrl-C with 130. Anything else is a bug and keeps its
+    traceback. `HF_LASER_TRACEBACK=1` shows the traceback of every error."""
+    if os.environ.get("HF_LASER_TRACEBACK"):
+        return fn(*args)
+    try:
+        return fn(*args)
+    except KeyboardInterrupt:
+        print(f"{who}: interrupted (run the same command again to resume)", file=sys.stderr)
+        return 130
+    except ImportError as err:
+        print(f"{who}: error: {one_line(err)}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"{who}: error: {one_line(err)}", file=sys.stderr)
+        return 2 if isinstance(err, _USER_OS_ERRORS) and err.errno not in DISK_ERRNOS else 1
+    except ValueError as err:  # UsageError and invalid values (empty input, bad language, unknown token ids...)
+        print(f"{who}: error: {one_line(err)}", file=sys.stderr)
+        return 2
+
+
+def looks_local(model: str | os.PathLike) -> bool:
+    """A model argument that can only mean a local path: absolute, `./`, `../`, `~`, more than one `/`, or whose
+    parent directory exists (`models/x` with a `models/` here, or a bare name). Such a path is never sent to
+    the Hub; only `owner/name` with no `owner/` directory here is a Hub id."""
+    s = str(model)
+    if isinstance(model, os.PathLike) or os.path.isabs(s) or s.startswith(("./", "../", "~", ".\\", "..\\")):
+        return True
+    if s in (".", "..") or "\\" in s or s.count("/") > 1 or s.endswith("/"):
+        return True
+    return Path(s).parent.is_dir()
+
+
+def check_local_dir(model: str | os.PathLike) -> None:
+    """[`UsageError`] when `model` means a local directory that is missing, or is a file; a Hub id passes."""
+    path = Path(str(model)).expanduser()
+    if not path.exists():
+        if looks_local(model):
+            raise UsageError(f"model directory not found: {model}")
+    elif not path.is_dir():
+        raise UsageError(f"--model {model} is a file, not a model directory (make one with hf-laser convert)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Subcommands
+# ---------------------------------------------------------------------------------------------------------------
 
 
 def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +119,9 @@ def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--input", default=None, help="input text file (default: stdin)")
     parser.add_argument("-o", "--output", required=True, help="output .npy file, shape [lines, dim]")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="token budget per batch")
+    parser.add_argument("--max-sentence-tokens", type=int, default=DEFAULT_MAX_SENTENCE_TOKENS,
+                        help="a line of more tokens is embedded as its first N-1 tokens + </s>, with a message "
+                             f"naming the line (default {DEFAULT_MAX_SENTENCE_TOKENS:,}; 0: no limit)")
     parser.add_argument("--fp16", action="store_true", help="store float16 instead of float32")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
@@ -85,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "embed":
         return run_embed(args)
     module, _, handler, _ = SUBCOMMANDS[args.command]
-    return int(getattr(importlib.import_module(f".{module}", __package__), handler)(args) or 0)
+    run = getattr(importlib.import_module(f".{module}", __package__), handler)
+    return run_cli(f"hf-laser {args.command}", lambda a: int(run(a) or 0), args)
 
 
 if __name__ == "__main__":

@@ -451,9 +451,11 @@ def run_convert(args: argparse.Namespace) -> int:
             overwrite=bool(getattr(args, "overwrite", False)),
         )
     except (NotALaserCheckpoint, ValueError, OSError) as err:
+        from .cli import DISK_ERRNOS
+
         message = " ".join(str(err).split())  # one line
         print(f"hf-laser convert: error: {message}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(err, OSError) and err.errno in DISK_ERRNOS else 2
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

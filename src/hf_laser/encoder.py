@@ -18,20 +18,25 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from itertools import chain, islice
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .langid import CHECK_SAMPLE, detector_version, is_auto
+from .cli import DISK_ERRNOS, UsageError, looks_local, one_line, run_cli  # noqa: F401 (re-exported)
+from .langid import CHECK_SAMPLE, detector_version, is_auto, warn_at_caller
 from .modeling_laser import LaserModel
 from .models import resolve_model
 from .tokenization_laser import LaserInputError, LaserTokenizer, _check_lang, _check_lines_arg
 from .tokenization_laser import read_lines as tokenizer_read_lines
 
 DEFAULT_MAX_TOKENS = 12000  # the original SentenceEncoder's token budget
+# Longer sentences are cut (see `encode_ids`). oneDNN's CPU LSTM cannot run one sequence of tokens x hidden_size
+# >= ~1.33e8 ("could not create a primitive": 260k tokens at LASER's hidden size 512, measured with torch 2.13 at
+# 1-8 threads), and memory grows with the length; 100k keeps hidden sizes up to 1024 clear of it.
+DEFAULT_MAX_SENTENCE_TOKENS = 100_000
 DEFAULT_CHUNK_LINES = 100_000  # lines `encode_file` holds in memory at a time
 PROGRESS_BAR_MIN_SENTENCES = 10_000  # `encode`'s default progress-bar threshold
 PROGRESS_BAR_DELAY_S = 2.0  # `encode_file`'s bar appears only for runs longer than this
@@ -116,20 +121,11 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class UsageError(ValueError):
-    """A mistake in what the user asked for (missing file, not a model directory...): the command line reports it
-    in one line and exits with status 2."""
-
-
 class EmbeddingWriteError(OSError):
     """Disk full / I/O error while writing embeddings. The interrupted state is kept: the same call resumes."""
 
     def __str__(self) -> str:
         return self.strerror or super().__str__()
-
-
-DISK_ERRNOS = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EIO, errno.EFBIG,
-                                    errno.EROFS) if e is not None)
 
 
 def scan_input(path: str | os.PathLike) -> dict:
@@ -199,11 +195,13 @@ def tokenizer_sha256(tokenizer, vocab: dict | None) -> str | None:
 
 def embedding_identity(encoder, input_info: dict, *, lang, pretokenized: bool = False, fp16: bool = False,
                        normalize: bool = False, max_tokens: int | None = DEFAULT_MAX_TOKENS,
-                       batch_size: int | None = None, chunk_lines: int = DEFAULT_CHUNK_LINES) -> dict:
+                       batch_size: int | None = None, chunk_lines: int = DEFAULT_CHUNK_LINES,
+                       max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS) -> dict:
     """Everything that determines the embeddings of a file (compared before resuming or reusing them): the input's
-    content (sha256, size, lines), language (None for pre-tokenized input), model and tokenizer (hashes, dtype, quantisation), the output options
-    and the batching (which decides float round-off), and the hf-laser version. The input's path and mtime and the
-    device are not part of it (recorded in the manifest for information only)."""
+    content (sha256, size, lines), language (None for pre-tokenized input), model and tokenizer (hashes, dtype,
+    quantisation), the output options, the batching (which decides float round-off), the sentence-length limit when
+    it is not the default, and the hf-laser version. The input's path and mtime and the device are not part of it
+    (recorded in the manifest for information only)."""
     model_id = getattr(encoder, "model_identity", None)
     model_id = model_id() if callable(model_id) else {
         "model": f"{type(encoder).__module__}.{type(encoder).__qualname__}", "tokenizer": None,
@@ -218,6 +216,9 @@ def embedding_identity(encoder, input_info: dict, *, lang, pretokenized: bool = 
         **model_id,
         "output_dtype": "float16" if fp16 else "float32", "normalize": bool(normalize),
         "max_tokens": max_tokens, "batch_size": batch_size, "chunk_lines": chunk_lines,
+        # Only a non-default limit is recorded, so that outputs written before the limit existed stay valid: they
+        # can differ only on a sentence over the limit, which those versions embedded whole (or died on).
+        **({} if max_sentence_tokens == DEFAULT_MAX_SENTENCE_TOKENS else {"max_sentence_tokens": max_sentence_tokens}),
     }
 
 
@@ -231,7 +232,7 @@ _IDENTITY_LABELS = {
     "lines": "input lines", "lang": "language", "pretokenized": "pretokenized", "model": "model (sha256)",
     "tokenizer": "tokenizer (sha256)", "model_dtype": "model dtype", "quantize": "quantisation",
     "output_dtype": "output dtype", "normalize": "normalize", "max_tokens": "max_tokens",
-    "batch_size": "batch_size", "chunk_lines": "chunk_lines",
+    "batch_size": "batch_size", "chunk_lines": "chunk_lines", "max_sentence_tokens": "max_sentence_tokens",
 }
 
 
@@ -498,37 +499,80 @@ class LaserEncoder:
         return self.tokenizer.encode_lines(sentences, lang=lang, num_proc=num_proc)
 
     # ------------------------------------------------------------------ encoding
-    @torch.inference_mode()
     def encode_ids(self, ids: Sequence[Sequence[int]], *, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                    batch_size: int | None = None, device: str | torch.device | None = None,
                    show_progress_bar: bool | None = None,
-                   progress: Callable[[int], None] | None = None) -> torch.Tensor:
+                   progress: Callable[[int], None] | None = None,
+                   max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS,
+                   on_truncated: Callable[[list[tuple[int, int]]], None] | None = None) -> torch.Tensor:
         """Embeds id sequences (each ending with `</s>`). Returns a CPU float32 tensor `(len(ids), dim)` in input
         order, whatever the model dtype. `progress`, if given, is called with the number of (distinct) sentences
-        of each batch once it is embedded."""
+        of each batch once it is embedded.
+
+        A sequence longer than `max_sentence_tokens` (default 100,000; None: no limit) is embedded as its first
+        `max_sentence_tokens - 1` ids plus its last one (`</s>`), and a `UserWarning` names it: the CPU LSTM kernel
+        (oneDNN) fails outright on a sequence of about 260,000 tokens at LASER's size, and memory grows with the
+        length, so one runaway line would otherwise stop the whole run. Shorter sequences are untouched.
+        `on_truncated`, if given, is called with `[(index, length), ...]` instead of the warning.
+        """
+        if isinstance(ids, (str, bytes, bytearray, Mapping, set, frozenset)):
+            raise LaserInputError(f"expected a list of token-id sequences, got {type(ids).__name__}")
+        if max_sentence_tokens is not None and max_sentence_tokens < 2:
+            raise ValueError(f"max_sentence_tokens must be at least 2 (one token and </s>), got {max_sentence_tokens}")
         if device is not None and torch.device(device) != self.device:
             self.model.to(device)
         device = self.device
         out = torch.empty((len(ids), self.dim), dtype=torch.float32)
         if not len(ids):
             return out
+        for i, s in enumerate(ids):
+            if isinstance(s, (str, bytes, bytearray, Mapping)) or not isinstance(s, Iterable):
+                raise LaserInputError(f"sentence {i} is {type(s).__name__}, expected a sequence of token ids")
         # Identical sentences (repeated lines, empty lines) are embedded once.
         first_seen: dict[tuple[int, ...], int] = {}
-        inverse = np.fromiter((first_seen.setdefault(tuple(s), len(first_seen)) for s in ids), np.int64, len(ids))
+        try:
+            inverse = np.fromiter((first_seen.setdefault(tuple(s), len(first_seen)) for s in ids), np.int64, len(ids))
+        except TypeError:  # an unhashable token (a list...)
+            _raise_non_integer([tuple(s) for s in ids], np.arange(len(ids)))
+            raise
         unique = list(first_seen)
         lengths = [len(s) for s in unique]
         if min(lengths) == 0:
             raise ValueError(f"sentence {int(np.flatnonzero(inverse == lengths.index(0))[0])} has no token; "
                              "it must at least end with </s>")
+        if max_sentence_tokens is not None and max(lengths) > max_sentence_tokens:
+            cut = []
+            for u, n in enumerate(lengths):
+                if n > max_sentence_tokens:
+                    unique[u] = unique[u][:max_sentence_tokens - 1] + unique[u][-1:]
+                    lengths[u] = max_sentence_tokens
+                    cut.extend((int(i), n) for i in np.flatnonzero(inverse == u))
+            cut.sort()
+            if on_truncated is not None:
+                on_truncated(cut)
+            else:
+                warn_at_caller(truncation_message([f"sentence {i} ({n:,} tokens)" for i, n in cut],
+                                                  max_sentence_tokens))
         if show_progress_bar is None:
             show_progress_bar = len(ids) >= PROGRESS_BAR_MIN_SENTENCES
+        # not a decorator: the truncation warning above must point at the caller, not at torch's wrapper
+        with torch.inference_mode():
+            return self._encode_unique(unique, lengths, inverse, out, device=device, max_tokens=max_tokens,
+                                       batch_size=batch_size, show_progress_bar=show_progress_bar, progress=progress)
+
+    def _encode_unique(self, unique, lengths, inverse, out, *, device, max_tokens, batch_size, show_progress_bar,
+                       progress) -> torch.Tensor:
+        """[`encode_ids`] on the distinct sequences `unique` (`lengths`), written to `out[i] = emb[inverse[i]]`."""
         vocab_size = self.model.config.vocab_size
         unique_out = torch.empty((len(unique), self.dim), dtype=torch.float32)
         with tqdm(total=len(unique), disable=not show_progress_bar, unit="sent", desc="embedding") as bar:
             for batch in plan_batches(lengths, max_tokens, batch_size):
                 batch_lengths = np.array([lengths[i] for i in batch])
-                flat = np.fromiter(chain.from_iterable(unique[i] for i in batch), np.int64, batch_lengths.sum())
-                if int(flat.max()) >= vocab_size or int(flat.min()) < 0:
+                # np.array, not np.fromiter(..., np.int64): that one turns "5" and 2.5 into ids without a word
+                flat = np.array(list(chain.from_iterable(unique[i] for i in batch)))
+                if flat.dtype.kind not in "iu":
+                    _raise_non_integer(unique, inverse)
+                if flat.dtype.kind not in "iu" or int(flat.max()) >= vocab_size or int(flat.min()) < 0:
                     bad = [int(j) for j in np.flatnonzero(np.isin(inverse, batch))]
                     raise ValueError(f"token ids outside the vocabulary [0, {vocab_size}) in sentence(s) {bad}")
                 mask = np.arange(batch_lengths[0])[None, :] < batch_lengths[:, None]
@@ -547,7 +591,8 @@ class LaserEncoder:
                max_tokens: int | None = DEFAULT_MAX_TOKENS, batch_size: int | None = None,
                normalize_embeddings: bool = False, device: str | torch.device | None = None,
                show_progress_bar: bool | None = None, convert_to: str = "numpy", pretokenized: bool = False,
-               num_proc: int = 1) -> np.ndarray | torch.Tensor:
+               num_proc: int = 1,
+               max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS) -> np.ndarray | torch.Tensor:
         """Embeds sentences.
 
         Args:
@@ -564,6 +609,9 @@ class LaserEncoder:
             convert_to: `"numpy"` (float32 array) or `"torch"` (float32 CPU tensor).
             pretokenized: the input is already tokenized (see [`token_ids`]).
             num_proc: processes for the text preprocessing of large inputs.
+            max_sentence_tokens: a sentence with more tokens (`</s>` included) is embedded as its first
+                `max_sentence_tokens - 1` tokens + `</s>`, with a `UserWarning` naming it (see [`encode_ids`]);
+                None: no limit.
 
         Returns:
             `(n, dim)` float32 embeddings in input order (`(dim,)` for a single string). An empty list gives `(0, dim)`;
@@ -575,7 +623,7 @@ class LaserEncoder:
         sentences = [sentences] if single else _sentence_list(sentences)
         ids = self.token_ids(sentences, lang, pretokenized=pretokenized, num_proc=num_proc)
         emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
-                              show_progress_bar=show_progress_bar)
+                              show_progress_bar=show_progress_bar, max_sentence_tokens=max_sentence_tokens)
         if normalize_embeddings:
             emb = torch.nn.functional.normalize(emb, dim=-1)
         if single:
@@ -586,11 +634,14 @@ class LaserEncoder:
                     pretokenized: bool = False, fp16: bool = False, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                     batch_size: int | None = None, chunk_lines: int = DEFAULT_CHUNK_LINES,
                     normalize_embeddings: bool = False, device: str | torch.device | None = None,
-                    show_progress_bar: bool | None = None, resume: bool = True, num_proc: int = 1) -> np.ndarray:
+                    show_progress_bar: bool | None = None, resume: bool = True, num_proc: int = 1,
+                    max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS) -> np.ndarray:
         """Embeds a text file (one sentence per line, split on `'\\n'` only) into a `.npy` file, streaming.
 
         `lang` as in [`encode`] (one code, `"auto"`, or None: the default language, checked against the first 100
-        lines).
+        lines). A line of more than `max_sentence_tokens` tokens is embedded as its first `max_sentence_tokens - 1`
+        tokens + `</s>`, and a `UserWarning` gives its line number (see [`encode_ids`]); the rest of the file is
+        embedded as usual.
 
         The rows are written chunk by chunk (`chunk_lines` lines in memory at a time) into `OUTPUT.partial`, which
         is renamed to `OUTPUT` once complete, so `OUTPUT` is never a half-written file. `OUTPUT.manifest.json`
@@ -615,10 +666,12 @@ class LaserEncoder:
         return self._encode_file(input_path, output_path, lang=lang, pretokenized=pretokenized, fp16=fp16,
                                  max_tokens=max_tokens, batch_size=batch_size, chunk_lines=chunk_lines,
                                  normalize_embeddings=normalize_embeddings, device=device,
-                                 show_progress_bar=show_progress_bar, resume=resume, num_proc=num_proc)[0]
+                                 show_progress_bar=show_progress_bar, resume=resume, num_proc=num_proc,
+                                 max_sentence_tokens=max_sentence_tokens)[0]
 
     def _encode_file(self, input_path, output_path, *, lang, pretokenized, fp16, max_tokens, batch_size, chunk_lines,
-                     normalize_embeddings, device, show_progress_bar, resume, num_proc, say=_say,
+                     normalize_embeddings, device, show_progress_bar, resume, num_proc,
+                     max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS, say=_say,
                      fresh_reason: str = "resume=False") -> tuple[np.ndarray, dict]:
         """[`encode_file`], also returning `{"lines", "computed", "resumed_at", "reused", "seconds"}`."""
         t0 = time.perf_counter()
@@ -644,7 +697,7 @@ class LaserEncoder:
         shape = (n, dim)
         identity = embedding_identity(self, info, lang=lang, pretokenized=pretokenized, fp16=fp16,
                                       normalize=normalize_embeddings, max_tokens=max_tokens, batch_size=batch_size,
-                                      chunk_lines=chunk_lines)
+                                      chunk_lines=chunk_lines, max_sentence_tokens=max_sentence_tokens)
         files = _OutputFiles(output_path)
         stats = {"lines": n, "computed": 0, "resumed_at": 0, "reused": False, "seconds": 0.0}
         done = None
@@ -696,6 +749,15 @@ class LaserEncoder:
             if show_progress_bar is None:
                 show_progress_bar = sys.stderr.isatty()
             chunks = batched(read_lines(input_path, start=done), chunk_lines)
+
+            def report_truncated(cut, first_line):
+                message = truncation_message([f"line {first_line + i:,} ({n:,} tokens)" for i, n in cut],
+                                             max_sentence_tokens) + f" [{input_path}]"
+                if say is _say:  # the Python API: a warning; the command line: its own stderr line
+                    warn_at_caller(message)
+                else:
+                    say(message)
+
             tokenize = partial(self.token_ids, lang=lang, pretokenized=pretokenized, num_proc=num_proc)
             # The next chunk is tokenized (in a thread, or worker processes with num_proc > 1) while this one is
             # encoded.
@@ -706,7 +768,9 @@ class LaserEncoder:
                 while ids := pending.result():
                     pending = pool.submit(tokenize, next(chunks, []))
                     emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
-                                          show_progress_bar=False, progress=bar.update)
+                                          show_progress_bar=False, progress=bar.update,
+                                          max_sentence_tokens=max_sentence_tokens,
+                                          on_truncated=partial(report_truncated, first_line=done + 1))
                     if normalize_embeddings:
                         emb = torch.nn.functional.normalize(emb, dim=-1)
                     rows = np.ascontiguousarray(emb.numpy().astype(dtype, copy=False))
@@ -758,6 +822,25 @@ class LaserEncoder:
             raise error(err, "saving the progress of", done) from err
 
 
+def _raise_non_integer(unique: list[tuple], inverse: np.ndarray) -> None:
+    """Raises a [`LaserInputError`] naming the first sentence (input index) that holds something other than an
+    integer token id; returns when there is none."""
+    for i, u in enumerate(inverse.tolist()):
+        wrong = next((t for t in unique[u] if not isinstance(t, (int, np.integer))), None)
+        if wrong is not None:
+            raise LaserInputError(f"sentence {i} holds {wrong!r:.40} ({type(wrong).__name__}); expected integer "
+                                  "token ids")
+
+
+def truncation_message(items: list[str], limit: int) -> str:
+    """The warning for sentences cut to `limit` tokens; `items` name them (`"sentence 3 (250,000 tokens)"`)."""
+    shown = ", ".join(items[:10]) + (f" and {len(items) - 10} more" if len(items) > 10 else "")
+    return (f"{len(items)} sentence{'s' if len(items) > 1 else ''} longer than max_sentence_tokens={limit:,} "
+            f"embedded as {'their' if len(items) > 1 else 'its'} first {limit - 1:,} tokens + </s>: {shown} "
+            "(to embed them whole, raise max_sentence_tokens or set it to None; on the command line "
+            "--max-sentence-tokens N, 0 for no limit)")
+
+
 def _disk_error(err: OSError, doing: str, done: int, *, files: _OutputFiles, n: int) -> OSError:
     """A full disk / I/O error as an [`EmbeddingWriteError`] saying what was kept; other errors unchanged."""
     if err.errno not in DISK_ERRNOS:
@@ -774,18 +857,6 @@ def _disk_error(err: OSError, doing: str, done: int, *, files: _OutputFiles, n: 
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
-
-
-def looks_local(model: str | os.PathLike) -> bool:
-    """A model argument that can only mean a local path: absolute, `./`, `../`, `~`, more than one `/`, or whose
-    parent directory exists (`models/x` with a `models/` here, or a bare name). Such a path is never sent to
-    the Hub; only `owner/name` with no `owner/` directory here is a Hub id."""
-    s = str(model)
-    if isinstance(model, os.PathLike) or os.path.isabs(s) or s.startswith(("./", "../", "~", ".\\", "..\\")):
-        return True
-    if s in (".", "..") or "\\" in s or s.count("/") > 1 or s.endswith("/"):
-        return True
-    return Path(s).parent.is_dir()
 
 
 def check_model_dir(model: str | os.PathLike) -> None:
@@ -827,7 +898,7 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     try:
         encoder = LaserEncoder.from_pretrained(model, **kwargs)
     except (OSError, ValueError) as err:
-        raise UsageError(f"cannot load the model {model}: {_one_line(err)}") from err
+        raise UsageError(f"cannot load the model {model}: {one_line(err)}") from err
     finally:
         if local and bars:
             hf_logging.enable_progress_bar()
@@ -835,41 +906,6 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
         raise UsageError(f"{model} has no tokenizer (it was converted without --bpe-codes/--bpe-vocab or "
                          "--spm-model): give BPE-tokenized input with --pretokenized, or convert it again with them")
     return encoder
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(line.strip() for line in str(err).strip().splitlines() if line.strip())
-    return text or type(err).__name__
-
-
-def run_cli(who: str, fn: Callable[..., int], *args) -> int:
-    """Runs a command-line handler, turning errors into one line on stderr: user errors (missing files, bad model
-    directory, invalid values) exit with 2, a full disk / I/O error or a missing optional dependency with 1,
-    Ctrl-C with 130. `HF_LASER_TRACEBACK=1` shows the traceback instead."""
-    if os.environ.get("HF_LASER_TRACEBACK"):
-        return fn(*args)
-    try:
-        return fn(*args)
-    except KeyboardInterrupt:
-        print(f"{who}: interrupted (run the same command again to resume)", file=sys.stderr)
-        return 130
-    except EmbeddingWriteError as err:
-        print(f"{who}: error: {err}", file=sys.stderr)
-        return 1
-    except ImportError as err:
-        print(f"{who}: error: {_one_line(err)}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        if err.errno in DISK_ERRNOS:
-            print(f"{who}: error: {_one_line(err)}", file=sys.stderr)
-            return 1
-        if isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
-            print(f"{who}: error: {_one_line(err)}", file=sys.stderr)
-            return 2
-        raise
-    except ValueError as err:  # UsageError and invalid values (empty input, k too large, unknown token ids...)
-        print(f"{who}: error: {_one_line(err)}", file=sys.stderr)
-        return 2
 
 
 def embed_main_io(args) -> int:
@@ -907,6 +943,7 @@ def _embed_main(args) -> int:
         out, stats = encoder._encode_file(
             input_path, args.output, lang=args.lang, pretokenized=args.pretokenized, fp16=args.fp16,
             max_tokens=args.max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES,
+            max_sentence_tokens=getattr(args, "max_sentence_tokens", DEFAULT_MAX_SENTENCE_TOKENS) or None,
             normalize_embeddings=args.normalize, device=None,
             show_progress_bar=not no_progress and sys.stderr.isatty(), resume=not (args.overwrite or stdin),
             num_proc=args.num_proc, say=lambda m: print(f"{who}: {m}", file=sys.stderr),

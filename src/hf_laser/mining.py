@@ -1405,8 +1405,20 @@ def run_embed_shards(args: argparse.Namespace) -> int:
     """Embed this process's shards of every ``--input`` (see :func:`embed_shards`).
 
     With ``--nproc N`` it starts N local processes (``spawn``), ranks 0..N-1, each with ``cpu_count // N`` torch
-    threads, waits for them and fails if any failed.
+    threads, waits for them and fails if any failed. The inputs, languages and model directory are checked first
+    (a [`~hf_laser.cli.UsageError`] / `FileNotFoundError` of one line), before any worker starts.
     """
+    from hf_laser.encoder import check_model_dir  # noqa: PLC0415
+    from hf_laser.tokenization_laser import _check_lang  # noqa: PLC0415
+
+    for lang, path in args.input:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"input file not found: {path}" if not Path(path).exists()
+                                    else f"input {path} is not a file")
+        if not args.pretokenized:
+            _check_lang(lang)
+    model = resolve_model(args.model, who="hf-laser embed-shards")
+    check_model_dir(model)
     if getattr(args, "nproc", None):
         import multiprocessing as mp  # noqa: PLC0415
 
@@ -1437,9 +1449,7 @@ def run_embed_shards(args: argparse.Namespace) -> int:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank)) % torch.cuda.device_count()}"
         else:
             device = "cpu"
-    from hf_laser.encoder import LaserEncoder  # noqa: PLC0415
-
-    encoder = LaserEncoder.from_pretrained(resolve_model(args.model, who="hf_laser.mining"), device=device)
+    encoder = load_encoder_for_cli(model, "hf-laser embed-shards", pretokenized=args.pretokenized, device=device)
     show = False if args.no_progress else None
     for lang, path in args.input:
         manifest = embed_shards(
@@ -1462,7 +1472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "mine":
         return run_mine(args)
-    return run_embed_shards(args)
+    return run_cli("hf_laser.mining embed-shards", run_embed_shards, args)
 
 
 if __name__ == "__main__":  # pragma: no cover

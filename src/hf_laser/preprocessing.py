@@ -69,8 +69,13 @@ could not be dated against the reference (no Tatoeba line is affected either way
 
 Known, documented limits
 ------------------------
-* MeCab's ``-b 50000`` input buffer: the original splits a line longer than 50 000 bytes into
-  several output lines (changing the line count); here such a line stays one line.
+* MeCab's ``-b 50000`` input buffer: ``mecab`` reads a longer line in pieces of 49 999 bytes and
+  segments each piece on its own, writing one output line per piece (which shifts the line count of
+  the original's output).  Here the MeCab input is cut the same way, into pieces of at most
+  :data:`MECAB_PIECE_BYTES` bytes (cut before the character that would cross the limit where the
+  original would cut inside it), each piece is segmented on its own and the pieces' outputs are
+  joined into the one output line.  Lines up to 49 999 bytes are one piece, as in the original.
+  This also keeps MeCab working: on a line of some 100 000+ tokens it returns no result at all.
 * Invalid UTF-8 makes the original step 1 die (LASER1 then silently truncates the file).
   Python strings cannot hold invalid UTF-8; lone surrogates (``errors="surrogateescape"``)
   are category Cs and become spaces, like every other non-printing character.
@@ -765,6 +770,28 @@ def _jieba_cut() -> Callable[[str], Iterable[str]]:
     return lambda line: cut(line, False, True)
 
 
+#: Bytes of UTF-8 that MeCab segments at a time: ``mecab -b 50000`` (LASER's call) reads lines
+#: with ``istream::getline(buf, 50000)``, i.e. in pieces of at most 49 999 bytes.
+MECAB_PIECE_BYTES = 49_999
+
+
+def mecab_pieces(line: str, max_bytes: int = MECAB_PIECE_BYTES) -> list[str]:
+    """``line`` cut into consecutive pieces of at most ``max_bytes`` UTF-8 bytes, as ``mecab -b``
+    reads a long line, but never inside a character (the original cuts at the byte count).
+    ``"".join(pieces) == line``; a line that fits is one piece."""
+    data = line.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return [line]
+    pieces, start = [], 0
+    while start < len(data):
+        end = min(start + max_bytes, len(data))
+        while end < len(data) and data[end] & 0xC0 == 0x80:  # a UTF-8 continuation byte: back off
+            end -= 1
+        pieces.append(data[start:end].decode("utf-8", "surrogatepass"))
+        start = end
+    return pieces
+
+
 class _MeCabWakati:
     def __init__(self) -> None:
         try:
@@ -786,10 +813,17 @@ class _MeCabWakati:
 
     def __call__(self, line: str) -> str:
         # ``mecab -O wakati``: every token followed by " ", then "\n".  Lines made of ASCII
-        # spaces give an empty line.  (``-b 50000`` line splitting is not reproduced.)
+        # spaces give an empty line.  A line over ``-b 50000`` is segmented piece by piece
+        # (see the module docstring); the pieces' outputs, without their "\n", make one line.
+        out = []
         with self._lock:
-            out = self._tagger.parse(line)
-        return out[:-1] if out.endswith("\n") else out
+            for piece in mecab_pieces(line):
+                result = self._tagger.parse(piece)
+                if result is None:  # not seen for pieces of this size; say what failed if it happens
+                    raise RuntimeError(f"MeCab could not segment a piece of {len(piece.encode())} bytes "
+                                       f"starting {piece[:40]!r}: {self._tagger.what()}")
+                out.append(result[:-1] if result.endswith("\n") else result)
+        return "".join(out)
 
 
 @functools.lru_cache(maxsize=None)

@@ -51,15 +51,19 @@ def _read(path: str) -> list[str]:
 
 
 def run_similar(args: argparse.Namespace) -> int:
-    from .encoder import LaserEncoder
+    from .encoder import load_encoder_for_cli
     from .models import resolve_model
+    from .tokenization_laser import _check_lang
 
     try:
         if args.k < 1:
             raise ValueError(f"-k must be at least 1, got {args.k}")
+        _check_lang(args.lang)
+        _check_lang(args.target_lang)
         queries = args.text if args.text else _read(args.input)
         targets = _read(args.target)
-        encoder = LaserEncoder.from_pretrained(resolve_model(args.model, who="hf-laser similar"), device=args.device)
+        encoder = load_encoder_for_cli(resolve_model(args.model, who="hf-laser similar"), "hf-laser similar",
+                                       device=args.device)
     except (FileNotFoundError, ValueError, OSError) as err:
         print(f"hf-laser similar: error: {err}", file=sys.stderr)
         return 2

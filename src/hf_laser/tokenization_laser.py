@@ -1007,7 +1007,9 @@ def add_tokenize_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
     src.add_argument("--bpe-codes", metavar="F", help="fastBPE codes (LASER1, *.fcodes)")
     src.add_argument("--spm-model", metavar="F", help="SentencePiece model (LASER2, *.spm)")
     parser.add_argument("--bpe-vocab", metavar="F", help="fastBPE vocabulary (LASER1, *.fvocab); needed with --bpe-codes")
-    parser.add_argument("--lang", default=None, help="language code (default: the model's, else en)")
+    parser.add_argument("--lang", default=None,
+                        help="language of the input, required: a code (en, fr, zh, ja, el ...: it selects the LASER "
+                             "preprocessing) or 'auto' to detect it per sentence")
     parser.add_argument(
         "--laser2-punct-lang",
         default=None,
@@ -1024,14 +1026,25 @@ def add_tokenize_arguments(parser: argparse.ArgumentParser) -> argparse.Argument
 
 
 def run_tokenize(args: argparse.Namespace) -> int:
-    """``hf-laser tokenize``: exactly one output line per input line (split on ``'\\n'`` only)."""
+    """``hf-laser tokenize``: exactly one output line per input line (split on ``'\\n'`` only). ``--lang`` is
+    required (a code or ``auto``), as for ``hf-laser embed``; errors are one line, exit status 2."""
+    if args.lang is None:
+        print("hf-laser tokenize: error: --lang is required: pass the language code of the input (e.g. --lang fr) or "
+              "--lang auto to detect it per sentence", file=sys.stderr)
+        return 2
+    # `from . import` rather than `from .cli import`: transformers would otherwise look for a cli.py to ship with
+    # this file as remote code (the CLI never runs there)
+    from . import cli
+
     try:
         if args.bpe_codes is None and args.spm_model is None:
             # `from . import` rather than `from .models import`: transformers would otherwise look for a models.py
             # to ship with this file as remote code (the CLI never runs there)
             from . import models
 
-            tok = LaserTokenizer.from_pretrained(models.resolve_model(args.model, who="hf-laser tokenize"))
+            model = models.resolve_model(args.model, who="hf-laser tokenize")
+            cli.check_local_dir(model)  # a missing local path is an error here, not a Hub id to look up
+            tok = LaserTokenizer.from_pretrained(model)
             pipeline = tok.pipeline
             if args.laser2_punct_lang is not None:
                 pipeline.laser2_punct_lang = args.laser2_punct_lang
@@ -1042,13 +1055,12 @@ def run_tokenize(args: argparse.Namespace) -> int:
             pipeline = LaserTextPipeline(bpe_codes=args.bpe_codes, bpe_vocab=args.bpe_vocab)
         else:
             pipeline = LaserTextPipeline(spm_model=args.spm_model, laser2_punct_lang=args.laser2_punct_lang)
-        lang = args.lang if args.lang is not None else pipeline.lang
         pipeline.tokenize_file(
-            args.input, args.output, lang, stage=args.stage, num_proc=args.num_proc, chunk_size=args.chunk_size
+            args.input, args.output, args.lang, stage=args.stage, num_proc=args.num_proc, chunk_size=args.chunk_size
         )
     except (OSError, ValueError) as exc:
-        print(f"hf-laser tokenize: error: {exc}", file=sys.stderr)
-        return 1
+        print(f"hf-laser tokenize: error: {cli.one_line(exc)}", file=sys.stderr)
+        return 1 if isinstance(exc, OSError) and exc.errno in cli.DISK_ERRNOS else 2
     return 0
 
 
