@@ -11,6 +11,9 @@ Data:
 Command line (also through ``python -m evaluation.run --tasks tatoeba``)::
 
     python -m evaluation.tatoeba --model DIR --tatoeba-dir ../shared/data/tatoeba/v1 [--langs fra,deu] [--margin ratio]
+
+``--auto-lang`` also embeds both sides with ``lang="auto"`` (the language detected per sentence, as a user who does
+not know it would) and prints how far that is from the error with the true language codes ([`auto_lang_comparison`]).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "retrieval_errors",
     "evaluate_tatoeba",
     "average_errors",
+    "auto_lang_comparison",
 ]
 
 DEFAULT_HUB_REPO = "mteb/tatoeba-bitext-mining"
@@ -217,7 +221,8 @@ def average_errors(per_lang: dict) -> dict:
 def evaluate_tatoeba(cache, langs: Sequence[str] | None = None, *, folder: str | Path | None = None,
                      hub_repo: str | None = None, hub_kwargs: dict | None = None, suffix: str = "",
                      pretokenized: bool = False, margin: str | None = None, k: int = 4, textual: bool = False,
-                     lang_map: dict[str, str] | None = None, show_progress: bool = True, log=print) -> dict:
+                     lang_map: dict[str, str] | None = None, auto_lang: bool = False, show_progress: bool = True,
+                     log=print) -> dict:
     """Tatoeba errors for every language.
 
     Args:
@@ -229,12 +234,17 @@ def evaluate_tatoeba(cache, langs: Sequence[str] | None = None, *, folder: str |
         margin: also compute the margin-based variant (`"ratio"` / `"distance"`), stored as `*_error_margin`.
         textual: count a retrieved duplicate of the gold sentence as correct (stored as `*_error_text`).
         lang_map: ISO 639-3 → preprocessing language (default [`TATOEBA_LANGS`]; unknown codes are used as is).
+        auto_lang: also embed both sides with `lang="auto"` (language detected per sentence) and store the errors
+            as `*_error_auto` (cosine; with `margin`, also `*_error_margin_auto`).
 
     Returns:
         `{lang: {"xx2en_error": %, "en2xx_error": %, "n": pairs, ...}, ..., "average": {...}}`, errors in percent.
     """
     if (folder is None) == (hub_repo is None):
         raise ValueError("give exactly one of folder= (LASER layout) or hub_repo=")
+    if auto_lang and pretokenized:
+        raise ValueError("auto_lang needs raw text: the language is detected before the preprocessing, which "
+                         "pre-tokenized input has already been through")
     lang_map = {**TATOEBA_LANGS, **(lang_map or {})}
     if langs is None:
         if folder is None:
@@ -269,6 +279,20 @@ def evaluate_tatoeba(cache, langs: Sequence[str] | None = None, *, folder: str |
             m = retrieval_errors(src_emb, tgt_emb, margin=margin, k=k)
             row["xx2en_error_margin"] = _pct(m["xx2en_errors"], n)
             row["en2xx_error_margin"] = _pct(m["en2xx_errors"], n)
+        if auto_lang:
+            if folder is not None:
+                auto_src = cache.embed_file(src, "auto", pretokenized=pretokenized)
+                auto_tgt = cache.embed_file(tgt, "auto", pretokenized=pretokenized)
+            else:
+                auto_src = cache.embed_texts(ds["source"], "auto", name=f"tatoeba.{lang}")
+                auto_tgt = cache.embed_texts(ds["target"], "auto", name=f"tatoeba.{lang}.eng")
+            a = retrieval_errors(auto_src, auto_tgt, k=k)
+            row["xx2en_error_auto"] = _pct(a["xx2en_errors"], n)
+            row["en2xx_error_auto"] = _pct(a["en2xx_errors"], n)
+            if margin:
+                am = retrieval_errors(auto_src, auto_tgt, margin=margin, k=k)
+                row["xx2en_error_margin_auto"] = _pct(am["xx2en_errors"], n)
+                row["en2xx_error_margin_auto"] = _pct(am["en2xx_errors"], n)
         if textual:
             t = retrieval_errors(src_emb, tgt_emb, k=k, src_texts=texts[0], tgt_texts=texts[1])
             row["xx2en_error_text"] = _pct(t["xx2en_errors"], n)
@@ -280,6 +304,49 @@ def evaluate_tatoeba(cache, langs: Sequence[str] | None = None, *, folder: str |
     return results
 
 
+def auto_lang_comparison(results: dict, worst: int = 10) -> dict:
+    """How `lang="auto"` compares with the true language codes in [`evaluate_tatoeba`]`(auto_lang=True)` results.
+
+    Returns:
+        `{"languages", "average": {"xx2en_error", "xx2en_error_auto", "en2xx_error", "en2xx_error_auto"} (unweighted
+        means, %), "worse", "better", "same": languages whose summed xx→en + en→xx error is higher / lower / equal
+        with auto, "largest_increase": the `worst` languages with the largest increase, as
+        `{"lang", "xx2en_error", "xx2en_error_auto", "en2xx_error", "en2xx_error_auto"}`}`.
+    """
+    keys = ("xx2en_error", "xx2en_error_auto", "en2xx_error", "en2xx_error_auto")
+    rows = {lang: row for lang, row in results.items() if lang != "average"}
+    missing = [lang for lang, row in rows.items() if "xx2en_error_auto" not in row]
+    if not rows or missing:
+        raise ValueError("no lang='auto' errors in these results (run evaluate_tatoeba with auto_lang=True)"
+                         + (f"; missing for {missing[:5]}" if missing else ""))
+
+    def delta(row):
+        return round(row["xx2en_error_auto"] + row["en2xx_error_auto"] - row["xx2en_error"] - row["en2xx_error"], 2)
+
+    deltas = {lang: delta(row) for lang, row in rows.items()}
+    ranked = sorted((lang for lang in rows if deltas[lang] > 0), key=lambda lang: (-deltas[lang], lang))
+    return {
+        "languages": len(rows),
+        "average": {key: round(float(np.mean([row[key] for row in rows.values()])), 2) for key in keys},
+        "worse": sum(d > 0 for d in deltas.values()),
+        "better": sum(d < 0 for d in deltas.values()),
+        "same": sum(d == 0 for d in deltas.values()),
+        "largest_increase": [{"lang": lang, **{key: rows[lang][key] for key in keys}} for lang in ranked[:worst]],
+    }
+
+
+def _print_auto_lang_comparison(comparison: dict, model: str, log=print) -> None:
+    avg = comparison["average"]
+    log(f"lang='auto' vs the true language codes, {comparison['languages']} Tatoeba languages, model {model}:")
+    log(f"  average error xx→en {avg['xx2en_error']:.2f}% (true codes) / {avg['xx2en_error_auto']:.2f}% (auto); "
+        f"en→xx {avg['en2xx_error']:.2f}% / {avg['en2xx_error_auto']:.2f}%")
+    log(f"  languages with a higher / lower / equal error with auto: {comparison['worse']} / {comparison['better']} "
+        f"/ {comparison['same']}")
+    for row in comparison["largest_increase"]:
+        log(f"  {row['lang']}: xx→en {row['xx2en_error']:.2f}% -> {row['xx2en_error_auto']:.2f}%, "
+            f"en→xx {row['en2xx_error']:.2f}% -> {row['en2xx_error_auto']:.2f}%")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluation.tatoeba", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="LASER model directory or Hub id (default: the shipped laser-mini)")
@@ -289,6 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--langs", default=None, help="comma-separated ISO 639-3 codes (default: all in the folder)")
     parser.add_argument("--margin", choices=["ratio", "distance"], default=None, help="also the margin variant")
     parser.add_argument("--textual", action="store_true", help="also count retrieved duplicates as correct")
+    parser.add_argument("--auto-lang", action="store_true",
+                        help="also embed both sides with lang='auto' (detected per sentence) and compare the errors "
+                             "with those of the true language codes (*_error_auto, and an 'auto_lang' summary)")
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -304,8 +374,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = EmbeddingCache(encoder, args.cache_dir)
     langs = [x.strip() for x in args.langs.split(",") if x.strip()] if args.langs else None
     res = evaluate_tatoeba(cache, langs, folder=args.tatoeba_dir, hub_repo=args.tatoeba_hub, margin=args.margin,
-                           textual=args.textual)
-    text = json.dumps({"tatoeba": res}, indent=2)
+                           textual=args.textual, auto_lang=args.auto_lang)
+    out = {"tatoeba": res}
+    if args.auto_lang:
+        out["auto_lang"] = auto_lang_comparison(res)
+        _print_auto_lang_comparison(out["auto_lang"], args.model, log=lambda m: print(m, file=sys.stderr))
+    text = json.dumps(out, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n", encoding="utf-8")
     print(text)
