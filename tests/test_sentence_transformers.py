@@ -69,6 +69,11 @@ def test_every_written_directory_is_a_sentence_transformer(writer, tiny_model_di
     }[writer]()
     assert json.loads((directory / "modules.json").read_text())[0]["type"] == \
         "sentence_transformers_laser.LaserSentenceTransformerModule"
+    config = json.loads((directory / "config.json").read_text())
+    assert config["custom_pipelines"]["feature-extraction"]["impl"] == "pipeline_laser.LaserFeatureExtractionPipeline"
+    assert config["auto_map"]["AutoTokenizer"] == ["tokenization_laser.LaserTokenizer", None]
+    for name in ("pipeline_laser.py", "sentence_transformers_laser.py", "tokenization_laser.py", "modeling_laser.py"):
+        assert (directory / name).is_file(), name
     model, encoder = load(directory), LaserEncoder.from_pretrained(directory)
     assert model.get_embedding_dimension() == encoder.dim == encoder.model.config.embedding_dim
     sentences = tatoeba("tatoeba.fra-eng.fra") + tatoeba("tatoeba.ell-eng.ell", 10)
@@ -168,10 +173,7 @@ def test_clear_errors(tiny, tiny_model_dir, tmp_path):
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"model_type": "bert"}))
     (other / "modules.json").write_text((Path(tiny_model_dir) / "modules.json").read_text())
-    (other / "sentence_transformers_laser.py").write_text((Path(tiny_model_dir) /
-                                                           "sentence_transformers_laser.py").read_text())
-    for name in ("modeling_laser.py", "configuration_laser.py", "integration_files.py", "tokenization_laser.py",
-                 "bpe.py", "langid.py", "preprocessing.py", "nonbreaking_prefixes.py"):
-        (other / name).write_text((Path(tiny_model_dir) / name).read_text(encoding="utf-8"), encoding="utf-8")
+    for code in Path(tiny_model_dir).glob("*.py"):  # the module and the code it imports
+        (other / code.name).write_bytes(code.read_bytes())
     with pytest.raises(ValueError, match="not a LASER directory"):
         load(other)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -77,8 +78,16 @@ def has_laser_tokenizer(directory: str | Path) -> bool:
             and (directory / "tokenization_laser.py").is_file())
 
 
+def _pipeline_source() -> Path:
+    # A relative import, not a path: transformers copies the files this module imports next to it (into a saved
+    # directory, and into its module cache for remote code), so a model loaded as remote code can ship it again.
+    from .pipeline_laser import LaserFeatureExtractionPipeline
+
+    return Path(sys.modules[LaserFeatureExtractionPipeline.__module__].__file__)
+
+
 def _copy_source(name: str, directory: Path) -> bool:
-    source = SOURCES / name
+    source = _pipeline_source() if name == PIPELINE_FILE else SOURCES / name
     if not source.is_file():
         # a model loaded as remote code and saved again: the cached code holds only what transformers copied
         logger.warning(f"{name} is not next to {__file__}: {directory} is saved without the files that need it "
