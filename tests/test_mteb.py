@@ -5,12 +5,14 @@ search, and STS / classification / retrieval calls are preprocessed in their sub
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
-from conftest import SHARED, read_lines, require_shared
+from conftest import REPO, SHARED, read_lines, require_shared
 
 pytest.importorskip("mteb", reason="needs mteb (pip install -e '.[dev]')")
+sys.path.insert(0, str(REPO))  # the evaluation/ package lives next to src/
 import mteb  # noqa: E402
 
 import hf_laser  # noqa: E402
