@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 from mteb.models import ModelMeta
-from mteb.models.model_meta import ScoringFunction
 from mteb.models.abs_encoder import AbsEncoder
+from mteb.models.model_meta import ScoringFunction
 
 from .encoder import LaserEncoder
 from .langid import classify, sample, supported_codes
@@ -122,6 +122,7 @@ class LaserMTEBEncoder(AbsEncoder):
         lang_overrides: `{(task name, hf_subset): code}` or `{task name: code}`, for a call that should not follow
             the task metadata (see the module docstring).
         encoder: an already loaded [`LaserEncoder`] (then `model_name` only names it).
+        kwargs: passed to `LaserEncoder.from_pretrained` (e.g. `dtype=torch.bfloat16`).
     """
 
     def __init__(self, model_name: str | None = None, revision: str | None = None, *, device: str | None = None,
@@ -130,7 +131,11 @@ class LaserMTEBEncoder(AbsEncoder):
         if encoder is None:
             path = resolve_model(model_name, who="LaserMTEBEncoder")
             _check_laser_directory(path)
-            encoder = LaserEncoder.from_pretrained(path, device=device, **({"revision": revision} if revision else {}))
+            if revision is not None:
+                kwargs["revision"] = revision
+            encoder = LaserEncoder.from_pretrained(path, device=device, **kwargs)
+        elif kwargs:
+            raise TypeError(f"{sorted(kwargs)} are loading options: they cannot apply to an already loaded encoder")
         else:
             path = model_name or encoder.model.config.name_or_path
         if encoder.tokenizer is None:
@@ -152,7 +157,7 @@ class LaserMTEBEncoder(AbsEncoder):
             languages=None,
             n_parameters=sum(p.numel() for p in encoder.model.parameters()),
             memory_usage_mb=None,
-            max_tokens=float("inf"),  # sentences of any length (the LSTM has no position limit)
+            max_tokens=float("inf"),  # an LSTM: no position limit
             embed_dim=encoder.dim,
             license=None,
             open_weights=True,
