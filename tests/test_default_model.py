@@ -114,3 +114,14 @@ def test_wheel_contains_the_default_model(tmp_path):
     shipped = {f"hf_laser/models/laser-mini/{p.name}" for p in Path(hf_laser.DEFAULT_MODEL).iterdir() if p.is_file()}
     assert shipped and shipped <= names, sorted(shipped - names)
     assert "hf_laser/models/__init__.py" in names
+
+
+def test_shipped_code_files_are_the_package_sources():
+    """The shipped directory's remote code (used by AutoTokenizer / sentence-transformers without hf_laser) is a
+    copy of the package's modules: an edit to the package that is not re-exported would make the two disagree."""
+    shipped = sorted(p for p in Path(hf_laser.DEFAULT_MODEL).glob("*.py"))
+    assert shipped, "the shipped model carries no remote code"
+    package = Path(hf_laser.__file__).parent
+    stale = [p.name for p in shipped if p.read_bytes() != (package / p.name).read_bytes()]
+    assert not stale, (f"{stale} in {hf_laser.DEFAULT_MODEL} differ from src/hf_laser/: copy them from there "
+                       "(or re-export the model with training/export_default_model.py)")
