@@ -113,10 +113,13 @@ def prepare_pairs(tokenizer, langs, corpora, out: Path, *, max_pairs: int | None
 # ---------------------------------------------------------------------------------------------- loss
 def alignment_loss(model, initial, data: AlignedPairs, batch: list[int], *, reg_weight: float, pooling: str,
                    max_tokens: int) -> tuple[torch.Tensor, dict]:
-    """The paper's loss for the sentence pairs `batch` (see module docstring); returns (loss, its terms)."""
-    xx_words = [[i for i, _ in data.links[b]] for b in batch]
-    xx = word_vectors(model, data.xx, sentences=batch, words=xx_words, pooling=pooling, max_tokens=max_tokens)
-    en = word_vectors(model, data.en, sentences=batch, pooling=pooling, max_tokens=max_tokens)
+    """The paper's loss for the sentence pairs `batch` (see module docstring); returns (loss, its terms). Both
+    sides go through the model in one call (one forward per backward, as DistributedDataParallel expects)."""
+    both = WordPieces([data.xx.ids[b] for b in batch] + [data.en.ids[b] for b in batch],
+                      [data.xx.spans[b] for b in batch] + [data.en.spans[b] for b in batch])
+    words = [[i for i, _ in data.links[b]] for b in batch] + [range(len(data.en.spans[b])) for b in batch]
+    vectors = word_vectors(model, both, words=words, pooling=pooling, max_tokens=max_tokens)
+    xx, en = vectors[:len(batch)], vectors[len(batch):]
     with torch.no_grad():
         en0 = word_vectors(initial, data.en, sentences=batch, pooling=pooling, max_tokens=max_tokens)
     en_linked = torch.cat([en[k][[j for _, j in data.links[b]]] for k, b in enumerate(batch)])
@@ -299,7 +302,7 @@ def main(argv=None) -> int:
                               num_training_steps=total_steps)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     initial.to(accelerator.device)
-    max_tokens = 64 * args.max_pieces  # one forward call per side for a whole batch
+    max_tokens = 2 * args.batch_size * args.max_pieces  # one forward call for both sides of a batch
     metrics = (out / "metrics.jsonl").open("w") if accelerator.is_main_process else None
     step, stopped = 0, "epochs"
     t_train = time.time()
@@ -326,7 +329,7 @@ def main(argv=None) -> int:
                        "lr": scheduler.get_last_lr()[0], "minutes": round((time.time() - t_train) / 60, 2)}
                 metrics.write(json.dumps(row) + "\n")
                 metrics.flush()
-                bar.set_postfix(loss=f"{float(loss):.3f}", align=f"{terms['align_per_link']:.3f}")
+                bar.set_postfix(loss=f"{float(loss.detach()):.3f}", align=f"{terms['align_per_link']:.3f}")
             if args.max_minutes is not None and (time.time() - t_train) / 60 >= args.max_minutes:
                 stopped = f"max_minutes ({args.max_minutes})"
                 total_steps = step
