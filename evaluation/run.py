@@ -1,6 +1,7 @@
 """Evaluates a LASER model on the paper's benchmarks with one command.
 
-    python -m evaluation.run --model DIR --tasks tatoeba,xnli,mldoc[,bucc][,xsim] [--langs fra,deu,...] --out RESULTS_DIR \\
+    python -m evaluation.run --model DIR --tasks tatoeba,xnli,mldoc[,bucc][,xsim] [--langs fra,deu,...] \\
+        --out RESULTS_DIR \\
         [--tatoeba-dir ../shared/data/tatoeba/v1] [--xnli-dir XNLI-1.0 --mnli multinli_1.0] [--mldoc-dir MLDoc] \\
         [--bucc-dir ../shared/data/mining] [--xsim-dir ../shared/data/parallel/valid/flores200-devtest]
 

@@ -447,7 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 r = row["models"][m]
                 print(f"{lang}-{args.tgt_lang} {Path(m).name}: {lang}→{args.tgt_lang} contextual "
                       f"{r['src2tgt']['contextual']:.2f}% non-contextual {r['src2tgt']['non_contextual']:.2f}%, "
-                      f"{args.tgt_lang}→{lang} {r['tgt2src']['contextual']:.2f}% / {r['tgt2src']['non_contextual']:.2f}%"
+                      f"{args.tgt_lang}→{lang} {r['tgt2src']['contextual']:.2f}% / "
+                      f"{r['tgt2src']['non_contextual']:.2f}%"
                       f" ({r['pairs']['pairs']} pairs)", flush=True)
             results["languages"][lang] = row
     except (FileNotFoundError, ValueError, ImportError) as err:

@@ -136,7 +136,8 @@ def _duplicate_rows(texts: dict[str, list[str]], rows: np.ndarray) -> tuple[list
             if len(examples) < 5:
                 examples.append({"lang": lang, "line": int(rows[j]) + 1, "same_text_as_line": int(rows[k]) + 1,
                                  "text": text[:80]})
-    report = {"repeated_texts": len(repeated), "rows_to_drop": len(drop), "within_language": dict(sorted(within.items())),
+    report = {"repeated_texts": len(repeated), "rows_to_drop": len(drop),
+              "within_language": dict(sorted(within.items())),
               "across_languages": dict(sorted(across.items())), "examples": examples}
     return sorted(drop), report
 
@@ -523,7 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m evaluation.xsim", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="LASER model directory or Hub id (default: the shipped laser-mini)")
-    p.add_argument("--data", default=DEFAULT_DATA, help=f"multi-parallel folder of {{lang}}.txt (default {DEFAULT_DATA})")
+    p.add_argument("--data", default=DEFAULT_DATA,
+                   help=f"multi-parallel folder of {{lang}}.txt (default {DEFAULT_DATA})")
     p.add_argument("--langs", default=None, help="comma-separated language codes (file names; default: all)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--margin", action="store_true", help="also the ratio-margin variant (LASER's xsim)")

@@ -201,7 +201,8 @@ def report_markdown(report: dict) -> str:
              "en→xx non-contextual |", "|---|---|---|---|---|---|"]
     for lang in langs:
         b, a = report["word_retrieval"][lang]["initial"], report["word_retrieval"][lang]["aligned"]
-        lines.append(f"| {lang}-en | {b['pairs']['pairs']} | {_delta(b['src2tgt']['contextual'], a['src2tgt']['contextual'])} | "
+        lines.append(f"| {lang}-en | {b['pairs']['pairs']} | "
+                     f"{_delta(b['src2tgt']['contextual'], a['src2tgt']['contextual'])} | "
                      f"{_delta(b['tgt2src']['contextual'], a['tgt2src']['contextual'])} | "
                      f"{_delta(b['src2tgt']['non_contextual'], a['src2tgt']['non_contextual'])} | "
                      f"{_delta(b['tgt2src']['non_contextual'], a['tgt2src']['non_contextual'])} |")
@@ -324,8 +325,8 @@ def main(argv=None) -> int:
             step += 1
             bar.update(1)
             if metrics is not None and (step % args.log_every == 0 or step == 1 or step == total_steps):
-                row = {"step": step, "loss": round(float(loss.detach()), 4), **{k: round(v, 4) if isinstance(v, float) else v
-                                                                      for k, v in terms.items()},
+                row = {"step": step, "loss": round(float(loss.detach()), 4),
+                       **{k: round(v, 4) if isinstance(v, float) else v for k, v in terms.items()},
                        "lr": scheduler.get_last_lr()[0], "minutes": round((time.time() - t_train) / 60, 2)}
                 metrics.write(json.dumps(row) + "\n")
                 metrics.flush()
