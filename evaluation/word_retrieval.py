@@ -334,19 +334,6 @@ def evaluate_word_retrieval(model, tokenizer, bitext: AlignedBitext, *, exclude:
 
 
 # ---------------------------------------------------------------------------------------------- command line
-def _read_text(path: Path) -> list[str]:
-    import gzip
-    import io
-
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape",
-                                                     newline="\n") as fh:
-        lines = fh.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
 def load_test_bitext(folder: str | Path, lang: str, tgt_lang: str = "en", max_sentences: int | None = None):
     """`(lang lines, tgt_lang lines)` from a multi-parallel folder of `{lang}.txt` files (rows empty on either side
     dropped)."""
@@ -357,7 +344,10 @@ def load_test_bitext(folder: str | Path, lang: str, tgt_lang: str = "en", max_se
         if not found:
             raise FileNotFoundError(f"no {code}.txt[.gz] in {folder}")
         paths.append(found[0])
-    src, tgt = _read_text(paths[0]), _read_text(paths[1])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from training.data import read_text_lines
+
+    src, tgt = read_text_lines(paths[0]), read_text_lines(paths[1])
     if len(src) != len(tgt):
         raise ValueError(f"{paths[0]} has {len(src)} lines but {paths[1]} has {len(tgt)}; they must be aligned")
     keep = [i for i in range(len(src)) if src[i].strip() and tgt[i].strip()][:max_sentences]

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
-import io
 import json
 import resource
 import sys
@@ -103,17 +101,6 @@ def language_files(folder: str | Path) -> dict[str, Path]:
     return files
 
 
-def _read_lines(path: Path) -> list[str]:
-    # split on '\n' only, as the rest of the package: a stray '\r' or U+2028 stays inside its sentence
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape",
-                                                     newline="\n") as fh:
-        lines = fh.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
 def _duplicate_rows(texts: dict[str, list[str]], rows: np.ndarray) -> tuple[list[int], dict]:
     """Rows to drop so that no text occurs on two different rows (in one language or across languages), keeping the
     first row of each such text. Returns (row positions to drop, report with counts per language and examples)."""
@@ -169,7 +156,10 @@ def load_multiparallel(folder: str | Path = DEFAULT_DATA, langs: Sequence[str] |
         files = {x: files[x] for x in langs}
     if len(files) < 2:
         raise ValueError(f"a similarity search needs at least 2 languages; {folder} gives {list(files)}")
-    texts = {lang: _read_lines(p) for lang, p in files.items()}
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from training.data import read_text_lines  # split on '\n' only, plain or gzip, as the rest of the package
+
+    texts = {lang: read_text_lines(p) for lang, p in files.items()}
     empty_files = [files[lang].name for lang, lines in texts.items() if not any(s.strip() for s in lines)]
     if empty_files:
         raise ValueError(f"language(s) without any sentence in {folder}: {', '.join(empty_files)}")
