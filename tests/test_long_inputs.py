@@ -103,3 +103,35 @@ def test_cli_embed_reports_the_line_and_embeds_the_rest(tiny_dictionary_dir, tmp
     assert cli_main(["embed", "--model", str(tiny_dictionary_dir), "--pretokenized", "-i", str(src), "-o", str(out),
                      "--max-sentence-tokens", "0"]) == 0
     assert "max_sentence_tokens" in capsys.readouterr().err  # recomputed: the limit changed
+
+
+def test_mine_and_embed_shards_take_the_limit_and_keep_it_in_their_identity(tiny_dictionary_dir, encoder, tmp_path,
+                                                                          capsys):
+    pytest.importorskip("faiss")
+    from hf_laser import mining as M  # noqa: PLC0415
+
+    lines = ["5 6", " ".join(["7"] * 30), "8 9"]
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tgt.write_text("9 8\n6 5\n7 7 7\n", encoding="utf-8")
+    shards = tmp_path / "shards"
+    embed_shards = ["embed-shards", "--model", str(tiny_dictionary_dir), "--pretokenized", "--no-progress",
+                    "--embed-dir", str(shards), "--max-sentence-tokens", "20", "--input", "xx"]
+    with pytest.warns(UserWarning, match=r"max_sentence_tokens=20 embedded as its first 19 tokens \+ </s>: line 2"):
+        assert cli_main(embed_shards + [str(src)]) == 0
+    assert cli_main(embed_shards + [str(tgt)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        expected = encoder.encode(lines, pretokenized=True, max_sentence_tokens=20)
+    loaded = M.load_embedding_shards(shards, src, "xx")
+    np.testing.assert_allclose(loaded.to_numpy(), expected, atol=1e-6, rtol=0)
+
+    mine = ["mine", str(src), str(tgt), "--model", str(tiny_dictionary_dir), "--pretokenized", "--src-lang", "xx",
+            "--tgt-lang", "xx", "-k", "2", "--knn-device", "cpu", "--no-progress", "--embed-dir", str(shards),
+            "-o", str(tmp_path / "pairs.tsv")]
+    # the same limit: the shards are used; the default limit: they are stale, and mine says why
+    assert cli_main(mine + ["--max-sentence-tokens", "20"]) == 0
+    assert "using 1 embedding shard(s)" in capsys.readouterr().err
+    assert cli_main(mine) == 0
+    err = capsys.readouterr().err
+    assert "stale embedding shards" in err and "max_sentence_tokens 20 -> " in err

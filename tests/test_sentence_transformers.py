@@ -134,6 +134,34 @@ def test_multi_process_pool(tiny):
     assert np.abs(one_lang - pooled[:12]).max() <= 1e-6
 
 
+def test_overlong_sentence_is_truncated_like_laser_encoder(tiny_model_dir):
+    model = load(tiny_model_dir)
+    encoder = LaserEncoder.from_pretrained(tiny_model_dir)
+    from hf_laser.encoder import DEFAULT_MAX_SENTENCE_TOKENS  # noqa: PLC0415
+    from hf_laser.sentence_transformers_laser import DEFAULT_MAX_SEQ_LENGTH  # noqa: PLC0415
+
+    assert model.max_seq_length == DEFAULT_MAX_SEQ_LENGTH == DEFAULT_MAX_SENTENCE_TOKENS
+    lines = ["Il pleut.", " ".join(["maison"] * 40), "Bonjour le monde."]
+    model.max_seq_length = 12
+    with pytest.warns(UserWarning, match=r"1 sentence longer than max_seq_length=12 embedded as first 11 tokens "
+                                         r"\+ </s>: 'maison maison") as record:
+        got = model.encode(lines, lang="fr")
+    assert record[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        expected = encoder.encode(lines, lang="fr", max_sentence_tokens=12)
+    assert np.abs(got - expected).max() <= 1e-6
+    model.max_seq_length = None  # no limit: the whole sentence, no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        whole = model.encode(lines, lang="fr")
+    assert np.abs(whole - encoder.encode(lines, lang="fr", max_sentence_tokens=None)).max() <= 1e-6
+    assert np.abs(whole[1] - got[1]).max() > 1e-3 and np.abs(whole[[0, 2]] - got[[0, 2]]).max() <= 1e-6
+    model.max_seq_length = 1
+    with pytest.raises(ValueError, match="at least 2"):
+        model.encode(lines, lang="fr")
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 def test_no_language_uses_the_default_with_one_warning(tiny_model_dir):
     model = load(tiny_model_dir)

@@ -108,6 +108,13 @@ def check_local_dir(model: str | os.PathLike) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def add_max_sentence_tokens_argument(parser: argparse.ArgumentParser) -> None:
+    """`--max-sentence-tokens` of every subcommand that embeds (0 on the command line means no limit: None)."""
+    parser.add_argument("--max-sentence-tokens", type=int, default=DEFAULT_MAX_SENTENCE_TOKENS,
+                        help="a line of more tokens is embedded as its first N-1 tokens + </s>, with a message "
+                             f"naming the line (default {DEFAULT_MAX_SENTENCE_TOKENS:,}; 0: no limit)")
+
+
 def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="model directory (from hf-laser convert) or Hub id (default: the shipped laser-mini)")
@@ -119,9 +126,7 @@ def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--input", default=None, help="input text file (default: stdin)")
     parser.add_argument("-o", "--output", required=True, help="output .npy file, shape [lines, dim]")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="token budget per batch")
-    parser.add_argument("--max-sentence-tokens", type=int, default=DEFAULT_MAX_SENTENCE_TOKENS,
-                        help="a line of more tokens is embedded as its first N-1 tokens + </s>, with a message "
-                             f"naming the line (default {DEFAULT_MAX_SENTENCE_TOKENS:,}; 0: no limit)")
+    add_max_sentence_tokens_argument(parser)
     parser.add_argument("--fp16", action="store_true", help="store float16 instead of float32")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")

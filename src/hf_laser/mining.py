@@ -74,8 +74,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .encoder import (DEFAULT_CHUNK_LINES, count_lines, embedding_identity, identity_changes, load_encoder_for_cli,
-                      read_lines, run_cli, scan_input, write_json_atomic)
+from .cli import add_max_sentence_tokens_argument
+from .encoder import (DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, count_lines, embedding_identity,
+                      identity_changes, load_encoder_for_cli, read_lines, run_cli, scan_input, write_json_atomic)
 from .models import resolve_model
 
 __all__ = [
@@ -1057,10 +1058,18 @@ def _identity_tag(identity: dict, num_shards: int) -> str:
     return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
-def _shard_identity(encoder, info: dict, lang: str, *, pretokenized: bool, fp16: bool, max_tokens: int) -> dict:
+def _shard_identity(encoder, info: dict, lang: str, *, pretokenized: bool, fp16: bool, max_tokens: int,
+                    max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS) -> dict:
     """The [`embedding_identity`] of a whole file embedded with `embed_shards` / `mine` (default batching)."""
     return embedding_identity(encoder, info, lang=lang, pretokenized=pretokenized, fp16=fp16, normalize=False,
-                              max_tokens=max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES)
+                              max_tokens=max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES,
+                              max_sentence_tokens=max_sentence_tokens)
+
+
+def _max_sentence_tokens(args: argparse.Namespace) -> int | None:
+    """``--max-sentence-tokens`` as the encoder takes it (0 on the command line: no limit, None)."""
+    return getattr(args, "max_sentence_tokens", DEFAULT_MAX_SENTENCE_TOKENS) or None
+
 
 
 def _dist_env() -> tuple[int, int]:
@@ -1082,6 +1091,7 @@ def embed_shards(
     pretokenized: bool = False,
     fp16: bool = False,
     max_tokens: int = 12000,
+    max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS,
     show_progress_bar: bool | None = None,
 ) -> Path | None:
     """Embed this process's share of a text file into ``.npy`` shards (one call per process).
@@ -1111,7 +1121,8 @@ def embed_shards(
     if n == 0:
         raise ValueError(f"input file {input_path} is empty")
     num_shards = world_size if num_shards is None else int(num_shards)
-    identity = _shard_identity(encoder, info, lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens)
+    identity = _shard_identity(encoder, info, lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
+                               max_sentence_tokens=max_sentence_tokens)
     tag = _identity_tag(identity, num_shards)
     bounds = plan_shards(n, num_shards)
     names = [f"{key}.shard{s:05d}-of-{num_shards:05d}" for s in range(num_shards)]
@@ -1136,7 +1147,7 @@ def embed_shards(
         if b > a:
             emb = encoder.encode_file(
                 str(txt), str(npy), lang=lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
-                show_progress_bar=show_progress_bar, resume=True,
+                max_sentence_tokens=max_sentence_tokens, show_progress_bar=show_progress_bar, resume=True,
             )
             rows, dim = int(emb.shape[0]), int(emb.shape[1])
             del emb
@@ -1256,6 +1267,7 @@ def add_mine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                         help="faiss device (auto: GPU when faiss-gpu sees one)")
     parser.add_argument("--device", default=None, help="encoder device (e.g. cpu, cuda, cuda:1)")
     parser.add_argument("--max-tokens", type=int, default=12000, help="encoder batch size in tokens")
+    add_max_sentence_tokens_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
     return parser
 
@@ -1273,7 +1285,7 @@ def _side_embeddings(
         raise ValueError(f"input file {path} is empty")
     key = embedding_key(path, lang)
     identity = _shard_identity(encoder_fn(), info, lang, pretokenized=args.pretokenized, fp16=args.fp16,
-                               max_tokens=args.max_tokens)
+                               max_tokens=args.max_tokens, max_sentence_tokens=_max_sentence_tokens(args))
     try:
         sharded = load_embedding_shards(embed_dir, path, lang, identity=identity)
     except StaleEmbeddingsError as err:
@@ -1290,7 +1302,8 @@ def _side_embeddings(
         npy = embed_dir / f"{key}{'.unique' if dd is not None else ''}.npy"
         arr = encoder_fn().encode_file(
             str(txt), str(npy), lang=lang, pretokenized=args.pretokenized, fp16=args.fp16,
-            max_tokens=args.max_tokens, show_progress_bar=show, resume=True,
+            max_tokens=args.max_tokens, max_sentence_tokens=_max_sentence_tokens(args), show_progress_bar=show,
+            resume=True,
         )
         emb = as_embeddings(arr)
     expected = dd.num_unique if dd is not None else n
@@ -1389,6 +1402,7 @@ def add_embed_shards_arguments(parser: argparse.ArgumentParser) -> argparse.Argu
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--pretokenized", action="store_true")
     parser.add_argument("--max-tokens", type=int, default=12000)
+    add_max_sentence_tokens_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -1454,7 +1468,8 @@ def run_embed_shards(args: argparse.Namespace) -> int:
     for lang, path in args.input:
         manifest = embed_shards(
             encoder, path, args.embed_dir, lang, rank=rank, world_size=world, num_shards=args.num_shards,
-            pretokenized=args.pretokenized, fp16=args.fp16, max_tokens=args.max_tokens, show_progress_bar=show,
+            pretokenized=args.pretokenized, fp16=args.fp16, max_tokens=args.max_tokens,
+            max_sentence_tokens=_max_sentence_tokens(args), show_progress_bar=show,
         )
         state = f"complete: {manifest}" if manifest else "waiting for other ranks"
         print(f" - rank {rank}/{world}: {path} ({lang}) shards done; {state}", file=sys.stderr)

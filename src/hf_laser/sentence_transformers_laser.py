@@ -17,6 +17,10 @@ sentence). sentence-transformers sorts and batches the sentences, so one languag
 sentence (`{"text": ..., "lang": ...}` items, which also works through `sentence_transformers.util` helpers and
 the multi-process pool), not as a list argument. Without a language, the tokenizer's default language is used and
 one warning says so.
+
+A sentence of more than `max_seq_length` tokens (default 100,000, `</s>` included; None: no limit) is embedded as
+its first `max_seq_length - 1` tokens + `</s>`, with a warning that names it, as `LaserEncoder.encode` does with
+`max_sentence_tokens`: the CPU LSTM kernel (oneDNN) fails outright on sequences of about 260k tokens at hidden 512.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from transformers import PretrainedConfig
 from .modeling_laser import LaserModel
 from .tokenization_laser import LaserTokenizer
 
+# = hf_laser.encoder.DEFAULT_MAX_SENTENCE_TOKENS (not imported: this file also runs as remote code without hf_laser)
+DEFAULT_MAX_SEQ_LENGTH = 100_000
 _PER_SENTENCE = ("one language per sentence goes with the sentence: encode([{'text': sentence, 'lang': code}, ...]) "
                  "(sentence-transformers reorders and batches the inputs, so a list would not stay aligned)")
 # frames of these files are skipped when a warning is attributed to the caller's line
@@ -70,6 +76,7 @@ class LaserSentenceTransformerModule(InputModule):
             raise ValueError(f"expected a LASER tokenizer, got {type(tokenizer).__name__}")
         self.model = model
         self.tokenizer = tokenizer
+        self.max_seq_length: int | None = DEFAULT_MAX_SEQ_LENGTH
         self._warned_default_lang = False
 
     @property
@@ -119,7 +126,20 @@ class LaserSentenceTransformerModule(InputModule):
                     UserWarning, stacklevel=_caller_stacklevel())
             langs = [default if code is None else code for code in langs]
         lang_arg = langs[0] if len(set(langs)) == 1 else langs
-        batch = self.tokenizer(texts, lang=lang_arg, padding=True, return_tensors="pt")
+        ids = self.tokenizer(texts, lang=lang_arg)["input_ids"]
+        limit = self.max_seq_length
+        if limit is not None:
+            if limit < 2:
+                raise ValueError(f"max_seq_length must be at least 2 (one token and </s>) or None, got {limit}")
+            cut = [(text, len(x)) for text, x in zip(texts, ids) if len(x) > limit]
+            if cut:
+                ids = [x[:limit - 1] + x[-1:] if len(x) > limit else x for x in ids]
+                shown = ", ".join(f"{text[:40]!r}... ({n:,} tokens)" for text, n in cut[:5])
+                warnings.warn(f"{len(cut)} sentence{'s' if len(cut) > 1 else ''} longer than max_seq_length={limit:,} "
+                              f"embedded as first {limit - 1:,} tokens + </s>: {shown}{' ...' if len(cut) > 5 else ''} "
+                              "(to embed them whole, raise model.max_seq_length or set it to None)",
+                              UserWarning, stacklevel=_caller_stacklevel())
+        batch = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
         return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 
     def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:
