@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import hf_laser
+from conftest import SHARED, require_shared
 from hf_laser import LaserEncoder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,16 +68,32 @@ def test_auto_classes_load_the_default_model():
 def test_translations_rank_first(encoder, lang):
     """English example sentences find their translation among the 8 sentences of the other language, both ways.
 
-    laser-mini is a small model: measured 7 or 8 of 8 in each direction for these pairs; a random model gets ~1."""
+    laser-mini is a small model: measured en→xx / xx→en 8/8 (fr), 7/7 (de, es), 7/5 (ru) for the model shipped
+    since 2026-11-23; a random model finds ~1 of 8 (at least 5 of 8 by chance: p ≈ 0.001 per direction)."""
     en = encoder.encode(example("en"), lang="en", normalize_embeddings=True)
     xx = encoder.encode(example(lang), lang=lang, normalize_embeddings=True)
     sim = en @ xx.T
     truth = np.arange(len(sim))
-    assert (sim.argmax(axis=1) == truth).sum() >= 6, sim.argmax(axis=1)
-    assert (sim.argmax(axis=0) == truth).sum() >= 6, sim.argmax(axis=0)
+    assert (sim.argmax(axis=1) == truth).sum() >= 5, sim.argmax(axis=1)
+    assert (sim.argmax(axis=0) == truth).sum() >= 5, sim.argmax(axis=0)
     # a translation is closer than the mean unrelated sentence for every example
     unrelated = (sim.sum(axis=1) - np.diag(sim)) / (len(sim) - 1)
     assert (np.diag(sim) > unrelated).all()
+
+
+@pytest.mark.parametrize("lang", PAIRS)
+def test_translations_found_among_200_flores_sentences(encoder, lang):
+    """A larger sample than the 8 examples: the first 200 FLORES-200 devtest sentences of each side, both ways.
+
+    Measured for the model shipped since 2026-11-23: 92 / 92 % (fr), 85.5 / 85 % (de), 88.5 / 90 % (es),
+    81 / 80 % (ru) found; chance is 0.5 %."""
+    flores = SHARED / "data" / "parallel" / "valid" / "flores200-devtest"
+    require_shared(flores)
+    read = lambda code: (flores / f"{code}.txt").read_text(encoding="utf-8").splitlines()[:200]  # noqa: E731
+    sim = encoder.encode(read("en"), lang="en", normalize_embeddings=True) @ \
+        encoder.encode(read(lang), lang=lang, normalize_embeddings=True).T
+    truth = np.arange(len(sim))
+    assert (sim.argmax(axis=1) == truth).mean() >= 0.6 and (sim.argmax(axis=0) == truth).mean() >= 0.6
 
 
 def test_readme_main_command_and_similar(tmp_path):
