@@ -142,3 +142,12 @@ def test_shipped_code_files_are_the_package_sources():
     stale = [p.name for p in shipped if p.read_bytes() != (package / p.name).read_bytes()]
     assert not stale, (f"{stale} in {hf_laser.DEFAULT_MODEL} differ from src/hf_laser/: copy them from there "
                        "(or re-export the model with training/export_default_model.py)")
+
+
+def test_model_card_names_the_useless_languages_that_had_training_data():
+    from training.export_default_model import useless_with_data
+
+    stats = {"pairs_per_direction": {"ar_Arab-en": 100, "ar_Latn-en": 20, "el-en": 300, "de-en": 999}}
+    tatoeba = {"useless": ["ara", "ell", "kab"]}  # kab: no training pairs, not named
+    assert useless_with_data(tatoeba, stats) == "training pairs of those that had any: ell 300, ara 120"
+    assert useless_with_data({"useless": ["kab"]}, stats) == "none of them had training pairs"

@@ -63,6 +63,21 @@ def storage_cost(run: Path, dest: Path) -> dict:
     return {"max_abs_embedding_diff": diff, "focus_tatoeba_mean": means}
 
 
+def useless_with_data(tatoeba: dict, stats: dict) -> str:
+    """Which of the useless Tatoeba languages had training pairs (most first), from the run's `data_stats.json`."""
+    from evaluation.tatoeba import TATOEBA_LANGS
+
+    pairs: dict[str, int] = {}
+    for direction, n in stats["pairs_per_direction"].items():
+        code = direction.split("-")[0].split("_")[0]  # ar_Arab-en -> ar
+        pairs[code] = pairs.get(code, 0) + n
+    trained = sorted(((pairs[TATOEBA_LANGS.get(lang, lang)], lang) for lang in tatoeba.get("useless", [])
+                      if pairs.get(TATOEBA_LANGS.get(lang, lang))), reverse=True)
+    if not trained:
+        return "none of them had training pairs"
+    return "training pairs of those that had any: " + ", ".join(f"{lang} {n:,}" for n, lang in trained)
+
+
 def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict) -> str:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     config = json.loads((dest / "config.json").read_text())
@@ -137,8 +152,8 @@ mean Tatoeba error over {', '.join(FOCUS)} {cost['focus_tatoeba_mean']['float32'
 Produced by `python training/report.py --run runs/laser-mini --tatoeba-langs all --bucc-dir ../shared/data/mining
 --curve --plot`; "untrained" is the same architecture at step 0. Error = nearest-neighbour search by cosine,
 in %, lower is better. Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the
-Tatoeba table: the model is useless for them (several of them, e.g. ara, ell, kor, have 12k–17k training
-pairs; why the model fails on them was not analysed).
+Tatoeba table: the model is useless for them ({useless_with_data(tat, stats)}; why the model fails on those it
+was trained on was not analysed).
 
 {report_md.split(chr(10), 2)[2]}
 ![Tatoeba error per language](tatoeba.png)
