@@ -115,6 +115,11 @@ def add_max_sentence_tokens_argument(parser: argparse.ArgumentParser) -> None:
                              f"naming the line (default {DEFAULT_MAX_SENTENCE_TOKENS:,}; 0: no limit)")
 
 
+def max_sentence_tokens_arg(args: argparse.Namespace) -> int | None:
+    """`--max-sentence-tokens` as the encoder takes it: 0 on the command line is None (no limit)."""
+    return getattr(args, "max_sentence_tokens", DEFAULT_MAX_SENTENCE_TOKENS) or None
+
+
 def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="model directory (from hf-laser convert) or Hub id (default: the shipped laser-mini)")

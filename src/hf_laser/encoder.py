@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .cli import DISK_ERRNOS, UsageError, looks_local, one_line, run_cli  # noqa: F401 (re-exported)
+from .cli import max_sentence_tokens_arg
 from .langid import CHECK_SAMPLE, detector_version, is_auto, warn_at_caller
 from .modeling_laser import LaserModel
 from .models import resolve_model
@@ -943,7 +944,7 @@ def _embed_main(args) -> int:
         out, stats = encoder._encode_file(
             input_path, args.output, lang=args.lang, pretokenized=args.pretokenized, fp16=args.fp16,
             max_tokens=args.max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES,
-            max_sentence_tokens=getattr(args, "max_sentence_tokens", DEFAULT_MAX_SENTENCE_TOKENS) or None,
+            max_sentence_tokens=max_sentence_tokens_arg(args),
             normalize_embeddings=args.normalize, device=None,
             show_progress_bar=not no_progress and sys.stderr.isatty(), resume=not (args.overwrite or stdin),
             num_proc=args.num_proc, say=lambda m: print(f"{who}: {m}", file=sys.stderr),

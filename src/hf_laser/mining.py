@@ -74,7 +74,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .cli import add_max_sentence_tokens_argument
+from .cli import add_max_sentence_tokens_argument, max_sentence_tokens_arg
 from .encoder import (DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, count_lines, embedding_identity,
                       identity_changes, load_encoder_for_cli, read_lines, run_cli, scan_input, write_json_atomic)
 from .models import resolve_model
@@ -1066,11 +1066,6 @@ def _shard_identity(encoder, info: dict, lang: str, *, pretokenized: bool, fp16:
                               max_sentence_tokens=max_sentence_tokens)
 
 
-def _max_sentence_tokens(args: argparse.Namespace) -> int | None:
-    """``--max-sentence-tokens`` as the encoder takes it (0 on the command line: no limit, None)."""
-    return getattr(args, "max_sentence_tokens", DEFAULT_MAX_SENTENCE_TOKENS) or None
-
-
 
 def _dist_env() -> tuple[int, int]:
     """(rank, world_size) from the environment of ``torchrun`` / ``accelerate launch`` (``RANK``, ``WORLD_SIZE``)."""
@@ -1285,7 +1280,7 @@ def _side_embeddings(
         raise ValueError(f"input file {path} is empty")
     key = embedding_key(path, lang)
     identity = _shard_identity(encoder_fn(), info, lang, pretokenized=args.pretokenized, fp16=args.fp16,
-                               max_tokens=args.max_tokens, max_sentence_tokens=_max_sentence_tokens(args))
+                               max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args))
     try:
         sharded = load_embedding_shards(embed_dir, path, lang, identity=identity)
     except StaleEmbeddingsError as err:
@@ -1302,7 +1297,7 @@ def _side_embeddings(
         npy = embed_dir / f"{key}{'.unique' if dd is not None else ''}.npy"
         arr = encoder_fn().encode_file(
             str(txt), str(npy), lang=lang, pretokenized=args.pretokenized, fp16=args.fp16,
-            max_tokens=args.max_tokens, max_sentence_tokens=_max_sentence_tokens(args), show_progress_bar=show,
+            max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args), show_progress_bar=show,
             resume=True,
         )
         emb = as_embeddings(arr)
@@ -1469,7 +1464,7 @@ def run_embed_shards(args: argparse.Namespace) -> int:
         manifest = embed_shards(
             encoder, path, args.embed_dir, lang, rank=rank, world_size=world, num_shards=args.num_shards,
             pretokenized=args.pretokenized, fp16=args.fp16, max_tokens=args.max_tokens,
-            max_sentence_tokens=_max_sentence_tokens(args), show_progress_bar=show,
+            max_sentence_tokens=max_sentence_tokens_arg(args), show_progress_bar=show,
         )
         state = f"complete: {manifest}" if manifest else "waiting for other ranks"
         print(f" - rank {rank}/{world}: {path} ({lang}) shards done; {state}", file=sys.stderr)
