@@ -145,7 +145,8 @@ def _topk_mean(sim_rows: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def retrieval_errors(src_emb, tgt_emb, *, margin: str | None = None, k: int = 4, chunk: int = 4096,
-                     src_texts: Sequence[str] | None = None, tgt_texts: Sequence[str] | None = None) -> dict:
+                     src_texts: Sequence[str] | None = None, tgt_texts: Sequence[str] | None = None,
+                     return_wrong: bool = False) -> dict:
     """Nearest-neighbour retrieval errors between aligned embeddings (row i of each is a translation pair).
 
     Args:
@@ -155,6 +156,7 @@ def retrieval_errors(src_emb, tgt_emb, *, margin: str | None = None, k: int = 4,
         k: neighbourhood size of the margin.
         src_texts, tgt_texts: when given, a retrieved sentence whose *text* equals the gold one counts as correct
             (duplicates in the set are not errors); by default correctness is by index, as LASER's evaluation.
+        return_wrong: also return `"xx2en_wrong"` and `"en2xx_wrong"`, `(n,)` bool arrays: pair i was missed.
 
     Returns:
         `{"xx2en_errors", "en2xx_errors", "n"}` (counts).
@@ -191,12 +193,14 @@ def retrieval_errors(src_emb, tgt_emb, *, margin: str | None = None, k: int = 4,
     gold = np.arange(n)
     if tgt_texts is not None and src_texts is not None:
         tgt_texts, src_texts = list(tgt_texts), list(src_texts)
-        err_xx2en = sum(tgt_texts[p] != tgt_texts[g] for p, g in zip(pred_en, gold))
-        err_en2xx = sum(src_texts[p] != src_texts[g] for p, g in zip(pred_xx, gold))
+        wrong_xx2en = np.array([tgt_texts[p] != tgt_texts[g] for p, g in zip(pred_en, gold)], dtype=bool)
+        wrong_en2xx = np.array([src_texts[p] != src_texts[g] for p, g in zip(pred_xx, gold)], dtype=bool)
     else:
-        err_xx2en = int((pred_en != gold).sum())
-        err_en2xx = int((pred_xx != gold).sum())
-    return {"xx2en_errors": int(err_xx2en), "en2xx_errors": int(err_en2xx), "n": n}
+        wrong_xx2en, wrong_en2xx = pred_en != gold, pred_xx != gold
+    out = {"xx2en_errors": int(wrong_xx2en.sum()), "en2xx_errors": int(wrong_en2xx.sum()), "n": n}
+    if return_wrong:
+        out.update(xx2en_wrong=wrong_xx2en, en2xx_wrong=wrong_en2xx)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
