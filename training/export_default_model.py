@@ -86,6 +86,8 @@ def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict) 
     tat = report.get("tatoeba", {})
     focus = tat.get("focus_mean", {})
     m, tr = cfg["model"], cfg["training"]
+    flores = report.get("flores", {}).get("trained", {})
+    flores_mean = sum(flores.values()) / len(flores) if flores else float("nan")
     return f"""---
 library_name: transformers
 pipeline_tag: feature-extraction
@@ -111,6 +113,15 @@ here): for real work, convert the original `bilstm.93langs.2018-12-26.pt` or `la
 | vocabulary | {config['vocab_size']:,} entries: Moses preprocessing + a joint BPE of {cfg['tokenizer']['bpe_merges']:,} merges learned on the training data |
 | parameters | {sum(p.numel() for p in __import__('hf_laser').LaserModel.from_pretrained(dest).parameters()):,} |
 | on disk | {size / 1e6:.1f} MB (weights stored in float16, computed in float32) |
+
+## Limitations
+
+Its training data is news (WMT, NTREX-128), COVID-19 texts (TICO-19), image captions (Multi30k) and software
+interface strings (LibreOffice), and it finds translations of written, news-like sentences far better (FLORES-200
+devtest: {flores_mean:.1f} % mean error over {len(flores)} languages) than of short everyday sentences (Tatoeba:
+{focus.get('trained', float('nan')):.1f} % mean error over {', '.join(FOCUS)}). Tatoeba sentences whose every word
+occurs in the training data are missed about as often as the others, and training longer on the same data stops
+helping Tatoeba (measured: `training/README.md` of the hf_laser repository): the data lacks conversational text.
 
 ## Usage
 
