@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, SHARED, require_shared
-from training.coverage import covered, coverage_row, length_matched_error, main, training_vocabularies, words
+from training.coverage import (covered, coverage_row, length_matched_error, main, mean_row, to_markdown,
+                               training_vocabularies, words)
 from training.data import resolve_corpora
 
 CONFIG = str(REPO / "training" / "configs" / "laser-mini.yaml")
@@ -63,6 +64,19 @@ def test_coverage_row_splits_errors_by_coverage():
     assert row["xx2en_error_covered"] == 50.0 and row["xx2en_error_rest"] == 100.0
     assert row["en2xx_error_covered"] == 100.0 and row["en2xx_error_rest"] == 0.0
     assert row["xx2en_error"] == pytest.approx(66.7)
+
+
+def test_mean_row_averages_over_languages_and_is_the_last_markdown_row():
+    vocab = Counter({"ja": 3, "nein": 3, "yes": 3, "no": 3})
+    a = coverage_row(["Ja", "Nein"], ["Yes", "No"], vocab, vocab, 3, np.array([False, True]), np.array([True, True]))
+    b = coverage_row(["Ja", "Vielleicht"], ["Yes", "Maybe"], vocab, vocab, 3, np.array([True, True]),
+                     np.array([False, False]))
+    mean = mean_row({"languages": {"deu": a, "nld": b}})
+    assert mean["xx2en_error"] == 75.0 and mean["covered"] == 75.0
+    assert mean["xx2en_error_covered"] == 75.0  # (50 + 100) / 2
+    assert mean["xx2en_error_rest"] is None  # deu has no uncovered pair: no mean rather than a wrong one
+    markdown = to_markdown({"min_count": 3, "model": "m", "languages": {"deu": a, "nld": b}}).splitlines()
+    assert markdown[-1].startswith("| **mean** |") and "| 75.0 % |" in markdown[-1]
 
 
 def test_retrieval_errors_returns_which_pairs_were_missed():

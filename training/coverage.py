@@ -12,8 +12,8 @@ cosine, by index as in `evaluation/tatoeba.py`) on each part. If unknown words c
 part would have a much lower error than the rest.
 
 Words are lower-cased runs of `\\w` characters: meaningful for languages written with spaces, not for Chinese,
-Japanese or Thai (refused). Writes `coverage.json` and `coverage.md` to `--output-dir` (default: the run, else the
-current directory) and prints the Markdown.
+Japanese or Thai (refused). Writes `coverage.json` and `coverage.md` (with a mean row) to `--output-dir` (default:
+the run, else the current directory) and prints the Markdown.
 """
 
 from __future__ import annotations
@@ -120,7 +120,16 @@ def measure(config: dict, model_dir: str | None, langs: list[str], tatoeba_dir: 
                                  return_wrong=True)
         rows[lang] = coverage_row(xx, en, vocab[codes[lang]], vocab["en"], min_count,
                                   wrong["xx2en_wrong"], wrong["en2xx_wrong"])
-    return {"min_count": min_count, "model": str(model_dir or "default"), "languages": rows}
+    # name the model actually measured (the shipped default when none is given), never a bare "default"
+    return {"min_count": min_count, "model": str(model_dir or encoder.model.name_or_path), "languages": rows}
+
+
+def mean_row(result: dict) -> dict:
+    """The mean of every figure over the languages of `result` (None where a language has none)."""
+    rows = list(result["languages"].values())
+    keys = [k for k in rows[0] if k not in ("n", "training_words", "training_types", "n_covered")]
+    return {k: (round(sum(r[k] for r in rows) / len(rows), 1) if all(r[k] is not None for r in rows) else None)
+            for k in keys}
 
 
 def to_markdown(result: dict) -> str:
@@ -130,11 +139,12 @@ def to_markdown(result: dict) -> str:
              "pairs' sentence lengths (words of the xx side).", "",
              "| language | training words | Tatoeba tokens unseen | covered pairs | xx→en error: covered / rest / "
              "matched | en→xx error: covered / rest / matched |", "|---|---|---|---|---|---|"]
-    for lang, r in result["languages"].items():
-        lines.append(f"| {lang} | {r['training_words']:,} | {r['tatoeba_oov_tokens']} % | {r['covered']} % "
-                     f"({r['n_covered']}) | {r['xx2en_error_covered']} / {r['xx2en_error_rest']} / "
-                     f"{r['xx2en_error_rest_length_matched']} | {r['en2xx_error_covered']} / {r['en2xx_error_rest']} / "
-                     f"{r['en2xx_error_rest_length_matched']} |")
+    rows = [(lang, r, f"{r['training_words']:,}", f" ({r['n_covered']})") for lang, r in result["languages"].items()]
+    rows.append(("**mean**", mean_row(result), "", ""))
+    for lang, r, training_words, n_covered in rows:
+        lines.append(f"| {lang} | {training_words} | {r['tatoeba_oov_tokens']} % | {r['covered']} %{n_covered} | "
+                     f"{r['xx2en_error_covered']} / {r['xx2en_error_rest']} / {r['xx2en_error_rest_length_matched']} | "
+                     f"{r['en2xx_error_covered']} / {r['en2xx_error_rest']} / {r['en2xx_error_rest_length_matched']} |")
     return "\n".join(lines) + "\n"
 
 
