@@ -188,3 +188,50 @@ def test_init_weights_in_range():
     for name, p in model.named_parameters():
         assert p.abs().max() <= 0.05 + 1e-7, name
     assert torch.all(model.embed_tokens.weight[1] == 0)
+
+
+class _CudaFloat32:
+    """Stands for a CUDA fp32 activation where no GPU exists: all `ieee_fp32_lstm` reads of a tensor."""
+
+    is_cuda, dtype, device = True, torch.float32, torch.device("cuda")
+
+
+def _rnn_precision() -> str:
+    return torch.backends.cudnn.rnn.fp32_precision
+
+
+@pytest.mark.parametrize("case", ["cuda-fp32", "cpu-fp32", "cuda-bf16", "allowed"])
+def test_ieee_fp32_lstm_turns_cudnn_tf32_off_only_for_cuda_fp32(case):
+    from hf_laser.modeling_laser import ieee_fp32_lstm
+
+    x, allow = _CudaFloat32(), False
+    if case == "cpu-fp32":
+        x = torch.zeros(2)
+    elif case == "cuda-bf16":
+        x.dtype = torch.bfloat16
+    elif case == "allowed":
+        allow = True
+    before = _rnn_precision()
+    assert before == "tf32"  # PyTorch's default: cuDNN may run fp32 RNNs in TF32
+    with ieee_fp32_lstm(x, allow):
+        inside = _rnn_precision()
+    assert inside == ("ieee" if case == "cuda-fp32" else before)
+    assert _rnn_precision() == before
+    with pytest.raises(RuntimeError), ieee_fp32_lstm(x, allow):  # restored when the LSTM call fails too
+        raise RuntimeError("cuDNN error")
+    assert _rnn_precision() == before
+
+
+def test_forward_runs_the_lstm_in_ieee_fp32_on_cuda(monkeypatch):
+    """LaserModel.forward calls its LSTM (packed and plain) inside ieee_fp32_lstm, unless `allow_tf32` is set."""
+    model = small_model()
+    seen = []
+    model.lstm.register_forward_pre_hook(lambda module, args: seen.append(_rnn_precision()))
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))  # the CPU tensors pass for CUDA ones
+    ids, mask = pad(random_sentences(5))
+    model(ids, attention_mask=mask)  # packed
+    model(torch.tensor([[5, 6, 2], [7, 8, 2]]))  # no padding: the plain call
+    model.allow_tf32 = True
+    model(ids, attention_mask=mask)
+    assert seen == ["ieee", "ieee", "tf32"]
+    assert _rnn_precision() == "tf32"

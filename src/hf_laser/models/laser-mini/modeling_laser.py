@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -246,6 +247,31 @@ def _laser_dtype_problems(path, kwargs: dict) -> list[str]:
     return [f"non-floating-point weights {_laser_names(bad)}"]
 
 
+@contextmanager
+def ieee_fp32_lstm(x: torch.Tensor, allow_tf32: bool = False):
+    """Runs the fp32 LSTM calls inside it in IEEE fp32 on a CUDA device.
+
+    PyTorch lets cuDNN compute fp32 RNNs with TF32 tensor cores by default (`torch.backends.cudnn.rnn.fp32_precision
+    == "tf32"`): on Ampere and later GPUs their products keep 10 mantissa bits, an error of ~1e-3 where fp32 gives
+    ~1e-7, so a GPU would no longer give the original's embeddings. The flag is set for the call and restored
+    after it; nothing changes on the CPU, for bf16/fp16 inputs or under autocast, or with `allow_tf32=True`.
+    """
+    if allow_tf32 or not x.is_cuda or x.dtype != torch.float32 or torch.is_autocast_enabled(x.device.type):
+        yield  # (under autocast the LSTM runs in bf16/fp16 anyway)
+        return
+    rnn = getattr(torch.backends.cudnn, "rnn", None)
+    if rnn is not None and hasattr(rnn, "fp32_precision"):
+        holder, name, exact = rnn, "fp32_precision", "ieee"
+    else:  # torch < 2.9: one legacy flag for cuDNN convolutions and RNNs
+        holder, name, exact = torch.backends.cudnn, "allow_tf32", False
+    previous = getattr(holder, name)
+    setattr(holder, name, exact)
+    try:
+        yield
+    finally:
+        setattr(holder, name, previous)
+
+
 def right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Moves the attended tokens of every row to the front, keeping their order.
 
@@ -268,6 +294,9 @@ class LaserModel(LaserPreTrainedModel):
     `pooler_output` is the LASER sentence embedding. Padding can be on either side and the batch need not be sorted:
     sequences are packed by their true lengths (from `attention_mask`), exactly like the original
     `SentenceEncoder`, so the embeddings do not depend on the batch composition.
+
+    On a CUDA device an fp32 model runs its LSTM in IEEE fp32, although PyTorch lets cuDNN use TF32 for RNNs by
+    default (see [`ieee_fp32_lstm`]); set `model.allow_tf32 = True` to trade that exactness (~1e-3) for speed.
     """
 
     # A LaserForPreTraining checkpoint also holds the decoder; loading the encoder alone ignores it.
@@ -285,6 +314,7 @@ class LaserModel(LaserPreTrainedModel):
             batch_first=True,
         )
         self.dropout = nn.Dropout(config.dropout)
+        self.allow_tf32 = False  # a run-time choice, not saved with the model
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -349,12 +379,14 @@ class LaserModel(LaserPreTrainedModel):
             ids, order = right_align(input_ids, mask)
 
         x = self.dropout(self.embed_tokens(ids))
-        if order is None:
-            # No padding: the fused (cuDNN / oneDNN) kernel runs on the plain tensor, same result as packing.
-            out, _ = self.lstm(x)
-        else:
-            packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            out, _ = self.lstm(packed)
+        with ieee_fp32_lstm(x, self.allow_tf32):
+            if order is None:
+                # No padding: the fused (cuDNN / oneDNN) kernel runs on the plain tensor, same result as packing.
+                out, _ = self.lstm(x)
+            else:
+                packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+                out, _ = self.lstm(packed)
+        if order is not None:
             out, _ = pad_packed_sequence(
                 out, batch_first=True, padding_value=self.config.padding_value, total_length=seq_len
             )
