@@ -12,9 +12,14 @@ for one batch of the shape the encoder sees (B sentences x T tokens, random weig
   with fp32 accumulation (oneDNN's bf16 math mode): 3 partial products (x1w1 + x1w2 + x2w1) or 6 (all with
   combined weight down to 2^-16), their error against float64 next to plain fp32's, and their effective speed.
 
+On a GPU (`--device cuda`) the same rows run on cuBLAS and cuDNN: products in fp32 (TF32 off), TF32, bf16 and
+fp16; the LSTM (cuDNN, padded and packed) and its products alone in fp32 and bf16, each timed between device
+synchronisations. The bf16-split rows are CPU-only (they are about AMX).
+
 Usage::
 
     python benchmarks/lstm_ceiling.py [--batch 800] [--length 15] [--threads N]
+    python benchmarks/lstm_ceiling.py --device cuda
 """
 
 from __future__ import annotations
@@ -27,11 +32,18 @@ import torch
 FLOP_PER_TOKEN = 2 * 2 * (4 * 512 * (320 + 512) + 4 * 4 * 512 * (1024 + 512))  # 2 FLOP x 2 directions x weights
 
 
+def synchronize() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def seconds(fn, repeat: int) -> float:
-    fn()  # warm-up: oneDNN primitive creation, allocator
+    fn()  # warm-up: oneDNN primitive creation / cuDNN plans, allocator
+    synchronize()
     start = time.perf_counter()
     for _ in range(repeat):
         fn()
+    synchronize()
     return (time.perf_counter() - start) / repeat
 
 
@@ -64,52 +76,74 @@ def bf16_split_products(a: torch.Tensor, b: torch.Tensor, repeat: int) -> None:
         backend.fp32_precision = previous
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=800, help="sentences per batch (12k-token budget / ~15 tokens)")
-    parser.add_argument("--length", type=int, default=15, help="tokens of the longest sentence")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    B, T = args.batch, args.length
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {B} x {T} tokens, "
-          f"{FLOP_PER_TOKEN / 1e6:.1f} MFLOP/token")
-
-    a, b = torch.randn(B * T, 1024), torch.randn(1024, 2048)
-    flop = 2 * a.shape[0] * 1024 * 2048
-    for dtype in (torch.float32, torch.bfloat16):
-        x, w = a.to(dtype), b.to(dtype)
-        t = seconds(lambda: x @ w, 10 * args.repeat)
-        print(f"matmul {B * T}x1024 @ 1024x2048 {str(dtype).split('.')[-1]}: {flop / t / 1e9:.0f} GFLOP/s")
-
-    bf16_split_products(a, b, args.repeat)
-
-    lstm = torch.nn.LSTM(320, 512, num_layers=5, bidirectional=True).eval()
-    x = torch.randn(T, B, 320)
+def lstm_rows(B: int, T: int, repeat: int, device: str, dtype: torch.dtype) -> list[tuple[str, int, float]]:
+    """The LSTM padded, packed, and its matrix products alone, on `device` in `dtype`."""
+    kw = dict(device=device, dtype=dtype)
+    lstm = torch.nn.LSTM(320, 512, num_layers=5, bidirectional=True).eval().to(**kw)
+    x = torch.randn(T, B, 320, **kw)
     lengths = torch.randint(max(1, T - 3), T + 1, (B,)).sort(descending=True).values
     lengths[0] = T
     packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths)
     weights = [(getattr(lstm, f"weight_ih_l{layer}{sfx}").t().contiguous(),
                 getattr(lstm, f"weight_hh_l{layer}{sfx}").t().contiguous())
                for layer in range(5) for sfx in ("", "_reverse")]
-    layer_inputs = [torch.randn(T * B, 320)] + [torch.randn(T * B, 1024)] * 4
+    layer_inputs = [torch.randn(T * B, 320, **kw)] + [torch.randn(T * B, 1024, **kw)] * 4
 
     def matmuls_only():
-        h = torch.zeros(B, 512)
+        h = torch.zeros(B, 512, **kw)
         for k, (w_ih, w_hh) in enumerate(weights):
             layer_inputs[k // 2] @ w_ih
             for _ in range(T):
                 h @ w_hh
 
-    rows = []
+    kernel = "cuDNN" if torch.device(device).type == "cuda" else "oneDNN"
+    name = str(dtype).split(".")[-1]
     with torch.inference_mode():
-        rows.append(("LSTM padded (fused oneDNN)", B * T, seconds(lambda: lstm(x), args.repeat)))
-        rows.append(("LSTM packed (the original's call)", int(lengths.sum()),
-                     seconds(lambda: lstm(packed), args.repeat)))
-        rows.append(("its matrix products alone (bound)", B * T, seconds(matmuls_only, args.repeat)))
+        return [(f"LSTM {name} padded (fused {kernel})", B * T, seconds(lambda: lstm(x), repeat)),
+                (f"LSTM {name} packed (the original's call)", int(lengths.sum()),
+                 seconds(lambda: lstm(packed), repeat)),
+                (f"its {name} matrix products alone (bound)", B * T, seconds(matmuls_only, repeat))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=800, help="sentences per batch (12k-token budget / ~15 tokens)")
+    parser.add_argument("--length", type=int, default=15, help="tokens of the longest sentence")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    on_gpu = torch.device(args.device).type == "cuda"
+    if on_gpu and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}, but torch sees no CUDA device")
+    torch.manual_seed(0)
+    B, T = args.batch, args.length
+    where = torch.cuda.get_device_name(args.device) if on_gpu else f"{torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, batch {B} x {T} tokens, {FLOP_PER_TOKEN / 1e6:.1f} MFLOP/token")
+
+    repeat = args.repeat * (10 if on_gpu else 1)  # GPU calls are short: more of them for a stable mean
+    a, b = torch.randn(B * T, 1024, device=args.device), torch.randn(1024, 2048, device=args.device)
+    flop = 2 * a.shape[0] * 1024 * 2048
+    variants = [("fp32", torch.float32, "ieee"), ("tf32", torch.float32, "tf32"), ("bf16", torch.bfloat16, None),
+                ("fp16", torch.float16, None)] if on_gpu else [("fp32", torch.float32, None),
+                                                                ("bf16", torch.bfloat16, None)]
+    for name, dtype, precision in variants:
+        x, w = a.to(dtype), b.to(dtype)
+        if precision:
+            torch.backends.cuda.matmul.fp32_precision = precision
+        t = seconds(lambda: x @ w, 10 * repeat)
+        print(f"matmul {B * T}x1024 @ 1024x2048 {name}: {flop / t / 1e9:.0f} GFLOP/s")
+    if on_gpu:
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+    else:
+        bf16_split_products(a, b, args.repeat)
+
+    rows = lstm_rows(B, T, repeat, args.device, torch.float32)
+    if on_gpu:
+        rows += lstm_rows(B, T, repeat, args.device, torch.bfloat16)
     for name, tokens, t in rows:
         print(f"{name}: {tokens / t:.0f} tokens/s, {tokens * FLOP_PER_TOKEN / t / 1e9:.0f} GFLOP/s")
 
