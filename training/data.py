@@ -17,6 +17,11 @@ is rejected with an error naming the files, and so is a corpus that gives no pai
 Tokenization runs once through `datasets.Dataset.map(num_proc=...)` and is saved under `cache_dir/<key>/`, the key
 hashing the corpus files (path, size, mtime), the languages, the filters and the tokenizer files, so later runs
 (and the other processes of a run) load it memory-mapped.
+
+With `pretokenized: true` (in `data` and/or `validation`) the corpora hold the BPE tokens LASER's encoder reads, as
+written by `training/pretokenize.py`: only the dictionary lookup runs (no Moses, jieba or MeCab), and every corpus
+folder must carry that script's manifest (`.hf_laser_pretokenized.json`) naming the same tokenizer files as the run's
+and listing each file used, else the run stops: ids from another BPE would look like data and train garbage.
 """
 
 from __future__ import annotations
@@ -363,24 +368,51 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return h.hexdigest()
 
 
-def _encode_batch(batch: dict, tokenizer) -> dict:
-    ids = tokenizer.encode_lines(batch["text"], lang=batch["lang"])
+PRETOKENIZED_MANIFEST = ".hf_laser_pretokenized.json"
+
+
+def check_pretokenized(files: Sequence[Path], tokenizer) -> None:
+    """Raises unless every file is listed in its folder's `training/pretokenize.py` manifest, written with the
+    tokenizer files of `tokenizer`."""
+    expected = tokenizer_fingerprint(tokenizer)
+    manifests: dict[Path, dict] = {}
+    for f in files:
+        folder = Path(f).parent
+        if folder not in manifests:
+            path = folder / PRETOKENIZED_MANIFEST
+            if not path.is_file():
+                raise ValueError(f"pretokenized is set, but {folder} has no {PRETOKENIZED_MANIFEST}: write the corpus "
+                                 "with training/pretokenize.py (or unset pretokenized for raw text)")
+            manifest = manifests[folder] = json.loads(path.read_text(encoding="utf-8"))
+            if manifest.get("tokenizer_fingerprint") != expected:
+                raise ValueError(f"{folder} was pretokenized with another tokenizer ({manifest.get('tokenizer')}, "
+                                 f"fingerprint {str(manifest.get('tokenizer_fingerprint'))[:12]}) than this run's "
+                                 f"({expected[:12]}): its ids would not mean the same tokens")
+        if Path(f).name not in manifests[folder].get("files", {}):
+            raise ValueError(f"{f} is not listed in {folder / PRETOKENIZED_MANIFEST}: not written by "
+                             "training/pretokenize.py with that tokenizer")
+
+
+def _encode_batch(batch: dict, tokenizer, pretokenized: bool = False) -> dict:
+    ids = tokenizer.encode_lines(batch["text"], lang=batch["lang"], pretokenized=pretokenized)
     return {"input_ids": ids, "length": [len(x) for x in ids]}
 
 
-def tokenize_texts(texts: list[str], langs: list[str], tokenizer, num_proc: int = 1, fingerprint: str | None = None):
-    """`datasets.Dataset` with `input_ids` (ids with `</s>`) and `length`, one row per text, via `map(num_proc)`."""
+def tokenize_texts(texts: list[str], langs: list[str], tokenizer, num_proc: int = 1, fingerprint: str | None = None,
+                   pretokenized: bool = False):
+    """`datasets.Dataset` with `input_ids` (ids with `</s>`) and `length`, one row per text, via `map(num_proc)`;
+    `pretokenized`: the texts are BPE tokens, only looked up."""
     import datasets
 
-    for lang in dict.fromkeys(langs):
+    for lang in dict.fromkeys(langs) if not pretokenized else ():
         # Built here, in this process, so that an unknown language code warns where the user sees it (the tokenizer
         # then uses the Moses defaults) and a missing optional dependency (jieba, MeCab) fails before the workers.
         tokenizer.pipeline.preprocessor(lang)
     ds = datasets.Dataset.from_dict({"text": texts, "lang": langs})
     num_proc = max(1, min(int(num_proc or 1), len(texts) // 1000 or 1))
     return ds.map(_encode_batch, batched=True, batch_size=1000, num_proc=num_proc if num_proc > 1 else None,
-                  fn_kwargs={"tokenizer": tokenizer}, remove_columns=["text"], desc="tokenizing",
-                  new_fingerprint=fingerprint)
+                  fn_kwargs={"tokenizer": tokenizer, "pretokenized": bool(pretokenized)}, remove_columns=["text"],
+                  desc="tokenizing", new_fingerprint=fingerprint)
 
 
 class TokenTable:
@@ -444,11 +476,16 @@ def prepare_training_data(data_cfg: dict, tokenizer, *, base_dir: str | os.PathL
     """Reads, pairs, tokenizes and filters the training corpora, or loads them from the cache.
 
     `data_cfg` keys: `corpora`, `source_languages` (list or `"all"`), `target_languages`, `max_length`,
-    `max_length_ratio`, `num_proc`, `cache_dir`.
+    `max_length_ratio`, `num_proc`, `cache_dir`, `pretokenized`.
     """
     import datasets
 
     corpora = resolve_corpora(data_cfg["corpora"], base_dir)
+    pretokenized = bool(data_cfg.get("pretokenized"))
+    if pretokenized:
+        if any(c.kind == "datasets" for c in corpora):
+            raise ValueError("data.pretokenized applies to corpus files; a `datasets` corpus cannot be pretokenized")
+        check_pretokenized([p for c in corpora for p in c.files.values()], tokenizer)
     sources = data_cfg.get("source_languages", "all")
     sources = None if sources in (None, "all") else list(sources)
     targets = list(data_cfg["target_languages"])
@@ -457,7 +494,7 @@ def prepare_training_data(data_cfg: dict, tokenizer, *, base_dir: str | os.PathL
     tok_fp = tokenizer_fingerprint(tokenizer)
     key = _cache_key({"version": DATA_FORMAT_VERSION, "corpora": [c.fingerprint() for c in corpora],
                       "sources": sources, "targets": targets, "max_length": max_length, "ratio": ratio,
-                      "tokenizer": tok_fp})
+                      "tokenizer": tok_fp, **({"pretokenized": True} if pretokenized else {})})
     cache_root = Path(data_cfg.get("cache_dir") or default_cache_dir())
     path = cache_root / f"train-{key}"
     if not (path / "meta.json").is_file():
@@ -467,7 +504,8 @@ def prepare_training_data(data_cfg: dict, tokenizer, *, base_dir: str | os.PathL
             raise ValueError("the corpora give no sentence pair at all for the configured languages")
         cache_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".train-{key}-", dir=cache_root))
-        segments = tokenize_texts(raw.texts, raw.langs, tokenizer, data_cfg.get("num_proc", 1), f"laser-{key}")
+        segments = tokenize_texts(raw.texts, raw.langs, tokenizer, data_cfg.get("num_proc", 1), f"laser-{key}",
+                                  pretokenized=pretokenized)
         segments.save_to_disk(str(tmp / "segments"))
         lengths = np.asarray(segments["length"], dtype=np.int64)
         src, tgt = np.asarray(raw.src, dtype=np.int64), np.asarray(raw.tgt, dtype=np.int64)
@@ -532,8 +570,12 @@ def prepare_valid_data(valid_cfg: dict, languages: Sequence[str], tokenizer, *, 
         return None
     max_sentences = valid_cfg.get("max_sentences")
     corpus = Corpus(str(folder), "multiparallel", {lang: files[lang] for lang in langs})
+    pretokenized = bool(valid_cfg.get("pretokenized"))
+    if pretokenized:
+        check_pretokenized(list(corpus.files.values()), tokenizer)
     key = _cache_key({"version": DATA_FORMAT_VERSION, "valid": corpus.fingerprint(), "max": max_sentences,
-                      "tokenizer": tokenizer_fingerprint(tokenizer)})
+                      "tokenizer": tokenizer_fingerprint(tokenizer),
+                      **({"pretokenized": True} if pretokenized else {})})
     cache_root = Path(cache_dir or default_cache_dir())
     path = cache_root / f"valid-{key}"
     if not (path / "meta.json").is_file():
@@ -547,7 +589,7 @@ def prepare_valid_data(valid_cfg: dict, languages: Sequence[str], tokenizer, *, 
         cache_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".valid-{key}-", dir=cache_root))
         segments = tokenize_texts(texts, [lang for lang in langs for _ in range(n_rows)], tokenizer, num_proc,
-                                  f"laser-valid-{key}")
+                                  f"laser-valid-{key}", pretokenized=pretokenized)
         segments.save_to_disk(str(tmp / "segments"))
         (tmp / "meta.json").write_text(json.dumps({"languages": langs, "rows": n_rows}))
         _atomic_publish(tmp, path)

@@ -69,6 +69,7 @@ DEFAULTS = {
         "max_length_ratio": 4.0,         # longer/shorter side above this: skipped as misaligned (null: off)
         "num_proc": 1,                   # processes for tokenization (datasets.map)
         "cache_dir": None,               # default: $XDG_CACHE_HOME/hf_laser/training
+        "pretokenized": False,           # corpora written by training/pretokenize.py (BPE tokens: lookup only)
     },
     "tokenizer": {
         "path": None,                    # an existing LaserTokenizer directory; otherwise BPE is learned:
@@ -126,6 +127,7 @@ DEFAULTS = {
         "max_sentences": None,           # first N lines (default all)
         "max_tokens": 12000,
         "decoder_loss": True,
+        "pretokenized": False,           # the folder was written by training/pretokenize.py
     },
 }
 
@@ -211,6 +213,9 @@ def get_tokenizer(cfg: dict, out: Path, log) -> LaserTokenizer:
     if (target / "vocab.json").is_file():
         return LaserTokenizer.from_pretrained(str(target))
     tok_cfg = cfg["tokenizer"]
+    if not tok_cfg["path"] and cfg["data"].get("pretokenized"):
+        raise ValueError("data.pretokenized needs tokenizer.path: the tokenizer the corpora were pretokenized with "
+                         "(a BPE learned on BPE tokens would be wrong)")
     if tok_cfg["path"]:
         tokenizer = LaserTokenizer.from_pretrained(str(REPO / tok_cfg["path"]))
     else:
