@@ -531,6 +531,11 @@ def test_time_budget_stops_cleanly_resumes_and_reports(cipher_setup, tmp_path):
 def test_shipped_configs_load_and_overrides_are_checked():
     paper = load_config(REPO / "training" / "configs" / "paper.yaml")
     assert paper["model"]["num_layers"] == 5 and paper["data"]["target_languages"] == ["en", "es"]
+    base = load_config(REPO / "training" / "configs" / "laser-base.yaml")  # the GPU run: laser-mini's BPE, bigger
+    mini = load_config(REPO / "training" / "configs" / "laser-mini.yaml")
+    assert base["data"]["corpora"] == mini["data"]["corpora"] and (REPO / base["tokenizer"]["path"]).is_dir()
+    assert base["training"]["objective"] == mini["training"]["objective"] == "ranking"
+    assert base["model"]["num_layers"] * base["model"]["hidden_size"] > mini["model"]["num_layers"] * 256
     tiny = load_config(REPO / "training" / "configs" / "tiny-cpu.yaml",
                        ["training.mixed_precision=no", "training.max_steps=7", "model.hidden_size=32"])
     # YAML reads a bare `no` as false; accelerate needs the string
