@@ -78,14 +78,14 @@ EOF
 bench)
   setup
   mkdir -p ../shared && tar -xJf _carry/bench.tar.xz -C ..
-  {
-    python3 benchmarks/train_throughput.py --device cuda --dtype fp32
-    python3 benchmarks/train_throughput.py --device cuda --dtype bf16
-    python3 benchmarks/train_throughput.py --device cuda --dtype bf16 --compile
-    python3 benchmarks/lstm_ceiling.py --device cuda
-    python3 benchmarks/embed_throughput.py --device cuda --corpus-langs de,fr,es,ru,it,pt,nl --num-proc 8 --langs fra,deu,rus,spa
-  } 2>&1 | tee "$OUT/bench.log"
-  [ -f "$RUN/untrained.tar" ] && split -b 15M -d "$RUN/untrained.tar" "$OUT/untrained.tar.part"
+  for cmd in "train_throughput.py --device cuda --dtype fp32" "train_throughput.py --device cuda --dtype bf16" \
+             "train_throughput.py --device cuda --dtype bf16 --compile" "lstm_ceiling.py --device cuda" \
+             "embed_throughput.py --device cuda --langs fra,deu,rus,spa --num-proc 8 \
+                --corpus-langs de,fr,es,ru,it,pt,nl"
+  do  # one failure does not cost the others
+    echo "== $cmd"; python3 benchmarks/$cmd || echo "== FAILED ($?): $cmd"
+  done 2>&1 | tee "$OUT/bench.log"
+  if [ -f "$RUN/untrained.tar" ]; then split -b 15M -d "$RUN/untrained.tar" "$OUT/untrained.tar.part"; fi
   ;;
 unpack)  # here: the files of calls 2 and 3 (their files_at folders) -> runs/laser-base
   for dir in "${@:2}"; do

@@ -1,5 +1,6 @@
 """training/pretokenize.py: corpora written as BPE tokens train on exactly the pairs of the raw corpora, and a run
-refuses pretokenized data it cannot vouch for (no manifest, another tokenizer, a file the manifest does not list)."""
+refuses pretokenized data it cannot vouch for (no manifest, another tokenizer, a file the manifest does not list or
+that changed since it was written)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,11 @@ def test_pretokenized_data_without_a_matching_manifest_is_refused(setup, tmp_pat
     shutil.copy(root / "mp" / "en.txt", copy / "es.txt")  # a raw file dropped in: not listed
     with pytest.raises(ValueError, match="es.txt is not listed"):
         prepare_training_data(dict(cfg, target_languages=["en", "es"]), tokenizer, log=lambda _: None)
+    (copy / "es.txt").unlink()
+    with (copy / "fr.txt").open("a", encoding="utf-8") as fh:  # an edited file: its sha256 no longer matches
+        fh.write("qnem\n")
+    with pytest.raises(ValueError, match="fr.txt changed since"):
+        prepare_training_data(cfg, tokenizer, log=lambda _: None)
     (copy / PRETOKENIZED_MANIFEST).unlink()
     with pytest.raises(ValueError, match="has no .hf_laser_pretokenized.json"):
         prepare_training_data(cfg, tokenizer, log=lambda _: None)

@@ -21,7 +21,8 @@ hashing the corpus files (path, size, mtime), the languages, the filters and the
 With `pretokenized: true` (in `data` and/or `validation`) the corpora hold the BPE tokens LASER's encoder reads, as
 written by `training/pretokenize.py`: only the dictionary lookup runs (no Moses, jieba or MeCab), and every corpus
 folder must carry that script's manifest (`.hf_laser_pretokenized.json`) naming the same tokenizer files as the run's
-and listing each file used, else the run stops: ids from another BPE would look like data and train garbage.
+and listing each file used with its sha256, else the run stops: ids from another BPE (or an edited file) would look
+like data and train garbage.
 """
 
 from __future__ import annotations
@@ -371,9 +372,14 @@ def tokenizer_fingerprint(tokenizer) -> str:
 PRETOKENIZED_MANIFEST = ".hf_laser_pretokenized.json"
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def check_pretokenized(files: Sequence[Path], tokenizer) -> None:
     """Raises unless every file is listed in its folder's `training/pretokenize.py` manifest, written with the
-    tokenizer files of `tokenizer`."""
+    tokenizer files of `tokenizer`, and still holds what was written (sha256)."""
     expected = tokenizer_fingerprint(tokenizer)
     manifests: dict[Path, dict] = {}
     for f in files:
@@ -388,9 +394,13 @@ def check_pretokenized(files: Sequence[Path], tokenizer) -> None:
                 raise ValueError(f"{folder} was pretokenized with another tokenizer ({manifest.get('tokenizer')}, "
                                  f"fingerprint {str(manifest.get('tokenizer_fingerprint'))[:12]}) than this run's "
                                  f"({expected[:12]}): its ids would not mean the same tokens")
-        if Path(f).name not in manifests[folder].get("files", {}):
+        entry = manifests[folder].get("files", {}).get(Path(f).name)
+        if entry is None:
             raise ValueError(f"{f} is not listed in {folder / PRETOKENIZED_MANIFEST}: not written by "
                              "training/pretokenize.py with that tokenizer")
+        if entry.get("sha256") != file_sha256(f):
+            raise ValueError(f"{f} changed since training/pretokenize.py wrote it (sha256 differs from "
+                             f"{folder / PRETOKENIZED_MANIFEST}); write the folder again")
 
 
 def _encode_batch(batch: dict, tokenizer, pretokenized: bool = False) -> dict:
@@ -404,10 +414,12 @@ def tokenize_texts(texts: list[str], langs: list[str], tokenizer, num_proc: int 
     `pretokenized`: the texts are BPE tokens, only looked up."""
     import datasets
 
-    for lang in dict.fromkeys(langs) if not pretokenized else ():
-        # Built here, in this process, so that an unknown language code warns where the user sees it (the tokenizer
-        # then uses the Moses defaults) and a missing optional dependency (jieba, MeCab) fails before the workers.
-        tokenizer.pipeline.preprocessor(lang)
+    if not pretokenized:
+        for lang in dict.fromkeys(langs):
+            # Built here, in this process, so that an unknown language code warns where the user sees it (the
+            # tokenizer then uses the Moses defaults) and a missing optional dependency (jieba, MeCab) fails before
+            # the workers.
+            tokenizer.pipeline.preprocessor(lang)
     ds = datasets.Dataset.from_dict({"text": texts, "lang": langs})
     num_proc = max(1, min(int(num_proc or 1), len(texts) // 1000 or 1))
     return ds.map(_encode_batch, batched=True, batch_size=1000, num_proc=num_proc if num_proc > 1 else None,

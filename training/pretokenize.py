@@ -9,8 +9,8 @@ them (a GPU node, a cluster of them sharing one prepared copy), and it makes the
 OUT gets one folder per corpus entry of `data.corpora` (named after it; the same file names, as plain text), with
 only the languages the run uses (`data.source_languages` and `data.target_languages`), plus `valid/<name>/` for
 `validation.path` (same languages), each with a manifest `.hf_laser_pretokenized.json` (the tokenizer's fingerprint,
-each file's source, line count and sha256), and `OUT/config.yaml`: the config with these folders and
-`pretokenized: true`, so that
+each file's source, line count, and the sha256 of the source and of the written file), and `OUT/config.yaml`: the
+config with these folders and `pretokenized: true`, so that
 
     accelerate launch ... training/train.py --config OUT/config.yaml --output-dir RUN
 
@@ -23,7 +23,6 @@ empty pair; both are skipped. Paths in the config are relative to the repository
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -41,6 +40,7 @@ from hf_laser.tokenization_laser import LaserTokenizer  # noqa: E402
 from training.data import (  # noqa: E402
     PRETOKENIZED_MANIFEST,
     _lang_files,
+    file_sha256,
     read_text_lines,
     resolve_corpora,
     tokenizer_fingerprint,
@@ -91,16 +91,9 @@ def write_corpus_file(src: Path, lang: str, dest: Path, tokenizer, num_proc: int
     bpe = bpe_lines(raw, lang, tokenizer, num_proc)
     check_ids(raw, bpe, lang, tokenizer, src)
     dest.write_bytes("".join(line + "\n" for line in bpe).encode("utf-8", "surrogateescape"))
-    return {"source": str(src), "language": lang, "lines": len(raw), "source_sha256": _sha256(src),
+    return {"source": str(src), "language": lang, "lines": len(raw), "source_sha256": file_sha256(src),
+            "sha256": file_sha256(dest),
             "empty_after_preprocessing": sum(1 for r, b in zip(raw, bpe) if r.strip() and not b.strip())}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_folder(files: dict[tuple[str, str], Path], dest: Path, tokenizer, tokenizer_dir: str, num_proc: int,
