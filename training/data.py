@@ -236,10 +236,12 @@ def _segment_adder(raw: RawPairs, lang: str, lines: list[str]):
 
 
 def collect_pairs(corpora: Sequence[Corpus], source_languages: Sequence[str] | None,
-                  target_languages: Sequence[str]) -> RawPairs:
+                  target_languages: Sequence[str], bitext_pairs: str = "targets") -> RawPairs:
     """Reads the corpora and pairs every source sentence with its available targets (never its own language).
 
-    `source_languages=None` means every language found in the corpora.
+    `source_languages=None` means every language found in the corpora. `bitext_pairs="all"` also takes a bitext
+    whose languages are no target (e.g. `tatoeba.de-fr`), once, as the direction first language → second (for the
+    ranking objective, which needs no decoder target).
     """
     if not target_languages:
         raise ValueError("data.target_languages is empty")
@@ -258,6 +260,8 @@ def collect_pairs(corpora: Sequence[Corpus], source_languages: Sequence[str] | N
         if corpus.kind == "bitext":
             (la, fa), (lb, fb) = corpus.files.items()
             directions = [(s, t) for s, t in ((la, lb), (lb, la)) if s != t and is_source(s) and t in targets]
+            if not directions and bitext_pairs == "all" and la != lb and is_source(la) and is_source(lb):
+                directions = [(la, lb)]
             if not directions:  # a bitext of other languages in a folder
                 per_spec.setdefault(corpus.spec, 0)
                 continue
@@ -501,17 +505,19 @@ def prepare_training_data(data_cfg: dict, tokenizer, *, base_dir: str | os.PathL
     sources = data_cfg.get("source_languages", "all")
     sources = None if sources in (None, "all") else list(sources)
     targets = list(data_cfg["target_languages"])
+    bitext_pairs = data_cfg.get("bitext_pairs", "targets")
     max_length = int(data_cfg["max_length"])
     ratio = data_cfg.get("max_length_ratio")
     tok_fp = tokenizer_fingerprint(tokenizer)
     key = _cache_key({"version": DATA_FORMAT_VERSION, "corpora": [c.fingerprint() for c in corpora],
                       "sources": sources, "targets": targets, "max_length": max_length, "ratio": ratio,
-                      "tokenizer": tok_fp, **({"pretokenized": True} if pretokenized else {})})
+                      "tokenizer": tok_fp, **({"pretokenized": True} if pretokenized else {}),
+                      **({"bitext_pairs": bitext_pairs} if bitext_pairs != "targets" else {})})
     cache_root = Path(data_cfg.get("cache_dir") or default_cache_dir())
     path = cache_root / f"train-{key}"
     if not (path / "meta.json").is_file():
         log(f"preparing training data in {path}")
-        raw = collect_pairs(corpora, sources, targets)
+        raw = collect_pairs(corpora, sources, targets, bitext_pairs)
         if not raw.src:
             raise ValueError("the corpora give no sentence pair at all for the configured languages")
         cache_root.mkdir(parents=True, exist_ok=True)
@@ -612,6 +618,30 @@ def prepare_valid_data(valid_cfg: dict, languages: Sequence[str], tokenizer, *, 
     return ValidData(tokens, rows, path)
 
 
+def prepare_extra_valid_data(path: str | os.PathLike, languages: Sequence[str], tokenizer, *,
+                             max_sentences: int | None = None, cache_dir=None, base_dir: str | os.PathLike = ".",
+                             num_proc: int = 1, log=print) -> dict[str, ValidData]:
+    """The multi-parallel sets in the subfolders of `path` (e.g. `de-en/{de,en}.txt` from
+    training/split_tatoeba.py), each tokenized like the main validation folder; sets with fewer than two of
+    `languages` are left out (and named)."""
+    folder = Path(base_dir) / path
+    if not folder.is_dir():
+        raise FileNotFoundError(f"validation.extra_path {folder} not found")
+    sets, skipped = {}, []
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        data = prepare_valid_data({"path": str(sub), "max_sentences": max_sentences}, languages, tokenizer,
+                                  cache_dir=cache_dir, num_proc=num_proc, log=lambda _msg: None)
+        if data is None:
+            skipped.append(sub.name)
+        else:
+            sets[sub.name] = data
+    if not sets:
+        raise ValueError(f"validation.extra_path {folder} has no subfolder with two of the run's languages")
+    if skipped:
+        log(f"extra validation: sets without two of the run's languages left out: {skipped}")
+    return sets
+
+
 # ---------------------------------------------------------------------------------------------- batching
 def token_budget_batches(src_len: np.ndarray, tgt_len: np.ndarray, max_tokens: int, max_sentences: int | None,
                          rng: np.random.Generator) -> list[np.ndarray]:
@@ -708,7 +738,8 @@ class PairBatches(torch.utils.data.Dataset):
     def __init__(self, data: ParallelData, target_languages: Sequence[str], pad_token_id: int = 1):
         self.data, self.pad = data, pad_token_id
         lang_index = {lang: i for i, lang in enumerate(target_languages)}
-        self.direction_target = np.array([lang_index[t] for _, t in data.directions], dtype=np.int64)
+        # -1: a direction into a language the decoder has no embedding for (data.bitext_pairs: all, ranking only)
+        self.direction_target = np.array([lang_index.get(t, -1) for _, t in data.directions], dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.data)

@@ -203,16 +203,21 @@ def learn_bpe(lines_by_lang: dict[str, Sequence[str]], output_dir: str | Path, *
 
 
 def training_text(data_cfg: dict, base_dir: str | Path = ".") -> dict[str, list[str]]:
-    """Distinct non-empty lines per language of the config's training pairs (both sides)."""
+    """Distinct non-empty lines per language of the config's training pairs with a target language (both sides).
+
+    With `bitext_pairs: all`, the pairs between two non-target languages are left out of the BPE sample, so the BPE
+    does not depend on that setting (runs that differ only in it compare on the same tokens)."""
     from training.data import collect_pairs, resolve_corpora
 
     corpora = resolve_corpora(data_cfg["corpora"], base_dir)
     sources = data_cfg.get("source_languages", "all")
     targets = data_cfg.get("target_languages") or ["en", "es"]
-    raw = collect_pairs(corpora, None if sources in (None, "all") else sources, targets)
+    raw = collect_pairs(corpora, None if sources in (None, "all") else sources, targets,
+                        data_cfg.get("bitext_pairs", "targets"))
+    into_target = np.array([t in targets for _, t in raw.directions], dtype=bool)[np.asarray(raw.direction, dtype=int)]
     used = np.zeros(len(raw.texts), dtype=bool)
-    used[raw.src] = True
-    used[raw.tgt] = True
+    used[np.asarray(raw.src, dtype=int)[into_target]] = True
+    used[np.asarray(raw.tgt, dtype=int)[into_target]] = True
     by_lang: dict[str, dict[str, None]] = {}
     for i in np.flatnonzero(used).tolist():
         by_lang.setdefault(raw.langs[i], {})[raw.texts[i]] = None

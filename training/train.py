@@ -52,6 +52,7 @@ from training.data import (  # noqa: E402
     _cache_key,
     default_cache_dir,
     prepare_training_data,
+    prepare_extra_valid_data,
     prepare_valid_data,
     resolve_corpora,
 )
@@ -70,6 +71,8 @@ DEFAULTS = {
         "num_proc": 1,                   # processes for tokenization (datasets.map)
         "cache_dir": None,               # default: $XDG_CACHE_HOME/hf_laser/training
         "pretokenized": False,           # corpora written by training/pretokenize.py (BPE tokens: lookup only)
+        "bitext_pairs": "targets",       # "all": bitexts between two non-target languages (tatoeba.de-fr) are
+                                         # trained on too, as one direction (ranking objective only)
     },
     "tokenizer": {
         "path": None,                    # an existing LaserTokenizer directory; otherwise BPE is learned:
@@ -115,6 +118,8 @@ DEFAULTS = {
         "save_every": 1000,
         "keep_checkpoints": 2,
         "final_model": "best",           # OUT/final = the best validated encoder ("best") or the last one ("last")
+        "best_metric": "valid_error",    # what "best" minimises: valid_error (validation.path), valid_extra_error
+                                         # (validation.extra_path) or valid_mean (the mean of the two)
         "report_to": "tensorboard",      # Accelerate tracker(s); null: none
         "check_sync_every": 0,           # compare parameters across processes every N steps (0: off)
         "save_untrained": True,          # OUT/untrained = the encoder at step 0, the baseline of training/report.py
@@ -128,6 +133,10 @@ DEFAULTS = {
         "max_tokens": 12000,
         "decoder_loss": True,
         "pretokenized": False,           # the folder was written by training/pretokenize.py
+        "extra_path": None,              # a folder of multi-parallel sets (e.g. de-en/{de,en}.txt), validated too:
+                                         # valid_extra_error (mean over sets), valid_extra_error_<set>; e.g. the
+                                         # Tatoeba pairs that training/split_tatoeba.py holds out of training
+        "extra_max_sentences": None,
     },
 }
 
@@ -169,6 +178,15 @@ def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
     check_objective(tr["objective"])
     if tr["final_model"] not in ("best", "last"):
         raise ValueError(f"training.final_model must be 'best' or 'last', got {tr['final_model']!r}")
+    if tr["best_metric"] not in BEST_METRICS:
+        raise ValueError(f"training.best_metric must be one of {', '.join(BEST_METRICS)}, got {tr['best_metric']!r}")
+    if tr["best_metric"] != "valid_error" and not cfg["validation"]["extra_path"]:
+        raise ValueError(f"training.best_metric {tr['best_metric']!r} needs validation.extra_path")
+    if cfg["data"].get("bitext_pairs", "targets") not in ("targets", "all"):
+        raise ValueError(f"data.bitext_pairs must be 'targets' or 'all', got {cfg['data']['bitext_pairs']!r}")
+    if cfg["data"].get("bitext_pairs") == "all" and uses_decoder(tr["objective"]):
+        raise ValueError("data.bitext_pairs: all pairs languages that are no decoder target; it needs "
+                         "training.objective: ranking")
     if cfg["data"]["max_length"] > cfg["batching"]["max_tokens"]:
         raise ValueError("data.max_length must not exceed batching.max_tokens")
     return cfg
@@ -182,6 +200,9 @@ def _flat(cfg: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{key}"] = value if isinstance(value, (int, float, str, bool)) else str(value)
     return out
+
+
+BEST_METRICS = ("valid_error", "valid_extra_error", "valid_mean")
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -303,6 +324,22 @@ def validate(model: LaserForPreTraining, valid, target_languages: list[str], acc
     return result
 
 
+@torch.no_grad()
+def validate_extra(model: LaserForPreTraining, sets: dict, target_languages: list[str], accelerator,
+                   vcfg: dict) -> dict:
+    """Similarity-search error on each extra validation set: `valid_extra_error_<set>` (mean over its non-target
+    languages) and `valid_extra_error`, the mean over the sets."""
+    per_set = {}
+    for name, data in sets.items():
+        result = validate(model, data, target_languages, accelerator, {**vcfg, "decoder_loss": False})
+        if "valid_error" in result:
+            per_set[name] = result["valid_error"]
+    if not per_set:
+        return {}
+    return {"valid_extra_error": sum(per_set.values()) / len(per_set),
+            **{f"valid_extra_error_{name}": e for name, e in per_set.items()}}
+
+
 def _pad(seqs, value: int) -> torch.Tensor:
     out = torch.full((len(seqs), max(map(len, seqs))), value, dtype=torch.long)
     for i, s in enumerate(seqs):
@@ -352,7 +389,8 @@ def export_final(accelerator, model, tokenizer, cfg, data, state, out: Path, las
     shutil.rmtree(final, ignore_errors=True)
     if cfg["training"]["final_model"] == "best" and (out / "best" / "config.json").is_file():
         shutil.copytree(out / "best", final)
-        exported = f"best validation error {state.best_error:.2f}% at step {state.best_step}"
+        exported = (f"best validation error {state.best_error:.2f}% ({cfg['training']['best_metric']}) at step "
+                    f"{state.best_step}")
     else:
         accelerator.unwrap_model(model).save_encoder(str(final))
         tokenizer.save_pretrained(str(final))
@@ -426,10 +464,17 @@ def main(argv=None) -> int:
             langs = vcfg["languages"] or sorted({s for s, _ in data.directions} | set(targets))
             valid = prepare_valid_data(vcfg, langs, tokenizer, cache_dir=cfg["data"]["cache_dir"], base_dir=REPO,
                                        num_proc=cfg["data"]["num_proc"], log=log)
+        extra_valid = {}
+        if vcfg["extra_path"]:
+            langs = sorted({s for s, _ in data.directions} | set(targets))
+            extra_valid = prepare_extra_valid_data(
+                vcfg["extra_path"], langs, tokenizer, max_sentences=vcfg["extra_max_sentences"],
+                cache_dir=cfg["data"]["cache_dir"], base_dir=REPO, num_proc=cfg["data"]["num_proc"], log=log)
     if is_main:
         (out / "data_stats.json").write_text(json.dumps(data.stats, indent=1, ensure_ascii=False))
     log(f"{len(data):,} training pairs in {len(data.directions)} directions; skipped {data.stats['skipped']}; "
-        f"validation languages: {sorted(valid.rows) if valid else None}")
+        f"validation languages: {sorted(valid.rows) if valid else None}"
+        + (f"; extra validation sets: {sorted(extra_valid)}" if extra_valid else ""))
 
     vocab = tokenizer.get_vocab()
     model_config = LaserConfig(
@@ -487,19 +532,24 @@ def main(argv=None) -> int:
 
     def run_validation():
         nonlocal last_valid
-        if valid is None:
+        if valid is None and not extra_valid:
             return {}
         if is_main:
-            last_valid = validate(unwrapped, valid, targets, accelerator, vcfg)
+            last_valid = validate(unwrapped, valid, targets, accelerator, vcfg) if valid is not None else {}
+            if extra_valid:
+                last_valid.update(validate_extra(unwrapped, extra_valid, targets, accelerator, vcfg))
+                if "valid_error" in last_valid and "valid_extra_error" in last_valid:
+                    last_valid["valid_mean"] = (last_valid["valid_error"] + last_valid["valid_extra_error"]) / 2
             # step 0 (the untrained model) is a baseline, never exported as the best encoder
-            if state.step > 0 and last_valid.get("valid_error", math.inf) < state.best_error:
-                state.best_error, state.best_step = last_valid["valid_error"], state.step
+            selected = last_valid.get(tr["best_metric"], math.inf)
+            if state.step > 0 and selected < state.best_error:
+                state.best_error, state.best_step = selected, state.step
                 tmp = out / ".best.tmp"
                 shutil.rmtree(tmp, ignore_errors=True)
                 unwrapped.save_encoder(str(tmp))
                 tokenizer.save_pretrained(str(tmp))
                 (tmp / "training_state.json").write_text(json.dumps({"step": state.step,
-                                                                     "valid_error": state.best_error}))
+                                                                     tr["best_metric"]: state.best_error}))
                 shutil.rmtree(out / "best", ignore_errors=True)
                 os.replace(tmp, out / "best")
             if tr["snapshot_encoders"]:
@@ -508,7 +558,7 @@ def main(argv=None) -> int:
                 tokenizer.save_pretrained(str(snapshot))
                 (snapshot / "training_state.json").write_text(json.dumps({
                     "step": state.step, "minutes": round(minutes(), 3),
-                    "valid_error": last_valid.get("valid_error")}))
+                    **{k: last_valid.get(k) for k in BEST_METRICS if k in last_valid}}))
         accelerator.wait_for_everyone()
         return last_valid or {}
 
@@ -593,7 +643,7 @@ def main(argv=None) -> int:
                 state.epoch, state.epoch_step = state.epoch + 1, 0
             if row:
                 row = {"step": state.step, **row}
-                if "valid_error" in row or "valid_loss" in row:
+                if any(k in row for k in ("valid_error", "valid_extra_error", "valid_loss")):
                     log(f"step {state.step}: {_fmt(row)}")
                 record(row)
             if state.step % tr["save_every"] == 0 or done:
@@ -616,7 +666,7 @@ def main(argv=None) -> int:
 
 
 def _fmt(row: dict) -> str:
-    keys = [k for k in ("loss", "valid_error", "valid_loss") if k in row]
+    keys = [k for k in ("loss", "valid_error", "valid_extra_error", "valid_loss") if k in row]
     return ", ".join(f"{k} {row[k]:.3f}" for k in keys) or "-"
 
 

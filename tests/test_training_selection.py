@@ -1,0 +1,178 @@
+"""Model selection without the test set: the Tatoeba validation split (training/split_tatoeba.py), pairs between two
+non-target languages (`data.bitext_pairs: all`), extra validation sets and `training.best_metric`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import REPO
+
+sys.path.insert(0, str(REPO))
+from test_training import cipher, metrics, run_train, write_cipher_corpus  # noqa: E402
+from training.data import collect_pairs, resolve_corpora  # noqa: E402
+from training.split_tatoeba import normalise, split  # noqa: E402
+from training.train import load_config  # noqa: E402
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+
+
+def write_gz(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write("".join(line + "\n" for line in lines))
+
+
+def read_gz(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return fh.read().splitlines()
+
+
+@pytest.fixture
+def tatoeba_folder(tmp_path):
+    """de-en (300 pairs), fr-en (40 pairs: below --min-pairs) and de-fr bitexts that share sentences with de-en."""
+    rng = np.random.default_rng(0)
+    en = [" ".join(rng.choice(WORDS, size=rng.integers(2, 6))) + f" {i}." for i in range(300)]
+    de = [f"DE {s}" for s in en]
+    fr = [f"FR {s}" for s in en]
+    src = tmp_path / "tatoeba"
+    write_gz(src / "tatoeba.de-en.de.gz", de)
+    write_gz(src / "tatoeba.de-en.en.gz", en)
+    write_gz(src / "tatoeba.fr-en.fr.gz", fr[:40])
+    write_gz(src / "tatoeba.fr-en.en.gz", en[:40])
+    # the same German sentences paired with French, with other punctuation and case: must go where they are held out
+    write_gz(src / "tatoeba.de-fr.de.gz", [s.upper().replace(".", "!") for s in de])
+    write_gz(src / "tatoeba.de-fr.fr.gz", fr)
+    return src, de, en, fr
+
+
+def test_split_holds_out_pairs_and_removes_every_pair_sharing_a_sentence(tmp_path, tatoeba_folder):
+    src, de, en, fr = tatoeba_folder
+    out = tmp_path / "split"
+    result = split(src, out, per_lang=50, min_pairs=100, seed=3)
+    assert result["held_out"] == {"de": 50}  # fr-en has only 40 pairs
+    valid_de = (out / "valid" / "de-en" / "de.txt").read_text().splitlines()
+    valid_en = (out / "valid" / "de-en" / "en.txt").read_text().splitlines()
+    assert len(valid_de) == len(valid_en) == 50 and len(set(valid_de)) == 50
+    assert all(de.index(d) == en.index(e) for d, e in zip(valid_de, valid_en))  # still aligned
+    assert all(len(e.split()) >= 3 for e in valid_en)  # Tatoeba v1's selection rule
+    held = {normalise(s) for s in valid_de + valid_en}
+    for path in (out / "train").iterdir():
+        assert not held & {normalise(s) for s in read_gz(path)}, path.name
+    # the held-out German sentences also left the de-fr bitext (matched ignoring case and punctuation), and the
+    # fr-en pairs whose English side is held out left fr-en; the other pairs stay, aligned
+    train_de, train_en = read_gz(out / "train" / "tatoeba.de-en.de.gz"), read_gz(out / "train" / "tatoeba.de-en.en.gz")
+    assert len(train_de) == 250 and all(d == f"DE {e}" for d, e in zip(train_de, train_en))
+    assert len(read_gz(out / "train" / "tatoeba.de-fr.de.gz")) == 250
+    removed_fr = sum(normalise(e) in held for e in en[:40])
+    assert len(read_gz(out / "train" / "tatoeba.fr-en.fr.gz")) == 40 - removed_fr
+    assert result["removed_total"] == 50 + 50 + removed_fr
+    # deterministic, and a second run with the same arguments and sources does nothing
+    again = split(src, tmp_path / "again", per_lang=50, min_pairs=100, seed=3)
+    assert (tmp_path / "again" / "valid" / "de-en" / "de.txt").read_text() == "\n".join(valid_de) + "\n"
+    assert again["held_out"] == result["held_out"]
+    stamp = (out / "train" / "tatoeba.de-en.de.gz").stat().st_mtime_ns
+    split(src, out, per_lang=50, min_pairs=100, seed=3)
+    assert (out / "train" / "tatoeba.de-en.de.gz").stat().st_mtime_ns == stamp
+    # another seed gives another split
+    other = split(src, tmp_path / "other", per_lang=50, min_pairs=100, seed=4)
+    assert (tmp_path / "other" / "valid" / "de-en" / "de.txt").read_text().splitlines() != valid_de
+    assert other["held_out"] == {"de": 50}
+
+
+def test_split_cli_rejects_a_missing_folder(tmp_path, capsys):
+    from training.split_tatoeba import main
+
+    assert main(["--src", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_bitext_pairs_all_takes_bitexts_between_non_targets(tmp_path, tatoeba_folder):
+    src, *_ = tatoeba_folder
+    corpora = resolve_corpora([str(src)])
+    only_en = collect_pairs(corpora, None, ["en"])
+    assert sorted(only_en.directions) == [("de", "en"), ("fr", "en")]
+    every = collect_pairs(corpora, None, ["en"], bitext_pairs="all")
+    assert sorted(every.directions) == [("de", "en"), ("de", "fr"), ("fr", "en")]  # de-fr once, not twice
+    d = every.directions.index(("de", "fr"))
+    assert sum(1 for x in every.direction if x == d) == 300
+    # source_languages still applies: without fr as a source, no de-fr pairs
+    assert ("de", "fr") not in collect_pairs(corpora, ["de"], ["en"], bitext_pairs="all").directions
+    # the BPE sample is the text of the pairs with a target language either way (runs compare on the same tokens)
+    from training.learn_bpe import training_text
+
+    cfg = {"corpora": [str(src)], "target_languages": ["en"]}
+    assert training_text({**cfg, "bitext_pairs": "all"}) == training_text(cfg)
+
+
+def test_config_checks_for_the_new_keys(tmp_path):
+    cfg = REPO / "training" / "configs" / "tiny-cpu.yaml"
+    with pytest.raises(ValueError, match="best_metric"):
+        load_config(cfg, ["training.best_metric=tatoeba"])
+    with pytest.raises(ValueError, match="needs validation.extra_path"):
+        load_config(cfg, ["training.best_metric=valid_mean"])
+    with pytest.raises(ValueError, match="bitext_pairs must be"):
+        load_config(cfg, ["data.bitext_pairs=some"])
+    with pytest.raises(ValueError, match="needs training.objective: ranking"):
+        load_config(cfg, ["data.bitext_pairs=all", "training.objective=translation"])
+    mini = load_config(REPO / "training" / "configs" / "laser-mini.yaml")
+    assert mini["training"]["best_metric"] == "valid_mean" and mini["validation"]["extra_path"]
+    assert "data/tatoeba-split/train" in mini["data"]["corpora"]
+
+
+def test_extra_validation_selects_the_best_step_by_the_mean(tmp_path):
+    """A short ranking run on the cipher data with a de-fr-like bitext between two non-targets and two extra
+    validation sets: the metrics, the best step's record and the exported card follow `best_metric`."""
+    write_cipher_corpus(tmp_path / "train", 600, seed=0)
+    write_cipher_corpus(tmp_path / "valid", 80, seed=1)
+    rng = np.random.default_rng(5)
+    rows = [" ".join(rng.choice(["man", "dog", "cat", "tree", "city", "book"], size=4)) for _ in range(200)]
+    xx = [" ".join(cipher(w, 1) for w in r.split()) for r in rows]
+    yy = [" ".join(cipher(w, 2) for w in r.split()[::-1]) for r in rows]
+    write_gz(tmp_path / "bi" / "tatoeba.xx-yy.xx.gz", xx)
+    write_gz(tmp_path / "bi" / "tatoeba.xx-yy.yy.gz", yy)
+    for lang, shift in (("xx", 1), ("yy", 2)):
+        held = [" ".join(rng.choice(["woman", "child", "house", "car"], size=3)) for _ in range(40)]
+        folder = tmp_path / "extra" / f"{lang}-en"
+        folder.mkdir(parents=True)
+        (folder / "en.txt").write_text("\n".join(held) + "\n")
+        ciphered = [" ".join(cipher(w, shift) for w in (h.split() if lang == "xx" else h.split()[::-1]))
+                    for h in held]
+        (folder / f"{lang}.txt").write_text("\n".join(ciphered) + "\n")
+    (tmp_path / "extra" / "zz-en").mkdir()  # a set of a language the run does not have: left out, named
+    (tmp_path / "extra" / "zz-en" / "zz.txt").write_text("a\n")
+    (tmp_path / "extra" / "zz-en" / "en.txt").write_text("b\n")
+    cfg = {
+        "seed": 2,
+        "data": {"corpora": [str(tmp_path / "train"), str(tmp_path / "bi")], "target_languages": ["en"],
+                 "bitext_pairs": "all", "max_length": 40, "cache_dir": str(tmp_path / "cache")},
+        "tokenizer": {"bpe_merges": 200},
+        "model": {"embed_dim": 16, "hidden_size": 16, "num_layers": 1},
+        "batching": {"max_tokens": 400, "num_workers": 0},
+        "training": {"objective": "ranking", "max_steps": 40, "learning_rate": 0.01, "log_every": 10,
+                     "eval_every": 20, "save_every": 20, "report_to": None, "best_metric": "valid_mean"},
+        "validation": {"path": str(tmp_path / "valid"), "extra_path": str(tmp_path / "extra"),
+                       "decoder_loss": False},
+    }
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    log = run_train(config, out)
+    assert "left out: ['zz-en']" in log
+    stats = json.loads((out / "data_stats.json").read_text())
+    assert stats["pairs_per_direction"]["xx-yy"] == 200
+    validated = [r for r in metrics(out) if "valid_mean" in r]
+    assert [r["step"] for r in validated] == [0, 20, 40]
+    for r in validated:
+        assert set(r) >= {"valid_error", "valid_extra_error", "valid_extra_error_xx-en", "valid_extra_error_yy-en"}
+        assert r["valid_extra_error"] == pytest.approx((r["valid_extra_error_xx-en"] + r["valid_extra_error_yy-en"]) / 2)
+        assert r["valid_mean"] == pytest.approx((r["valid_error"] + r["valid_extra_error"]) / 2)
+    best = min(validated[1:], key=lambda r: r["valid_mean"])
+    state = json.loads((out / "best" / "training_state.json").read_text())
+    assert state == {"step": best["step"], "valid_mean": pytest.approx(best["valid_mean"])}
+    assert f"best validation error {best['valid_mean']:.2f}% (valid_mean) at step {best['step']}" in (out / "final" / "README.md").read_text()
