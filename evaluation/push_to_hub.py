@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from hf_laser.hub import main
+from hf_laser.commands.push import main
 
 if __name__ == "__main__":
     sys.exit(main())

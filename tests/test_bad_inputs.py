@@ -35,7 +35,7 @@ def test_corrupt_gzip_training_file_names_the_file(tmp_path):
 
 
 def _tokenize(args, src, out):
-    from hf_laser.tokenization_laser import _main
+    from hf_laser.commands.tokenize import main as _main
 
     assert _main([*args, "--lang", "fr", "-i", str(src), "-o", str(out)]) == 0
     return out.read_bytes()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hf_laser import mining
 from hf_laser.cli import main as cli_main
+from hf_laser.commands.mine import main as mining_main
 
 
 def error_line(capsys) -> str:
@@ -29,7 +29,7 @@ def test_tokenize_requires_lang_like_embed(tiny_model_dir, text, tmp_path, capsy
         line = error_line(capsys)
         assert line.startswith(f"hf-laser {command[0]}: error: --lang is required") and "--lang auto" in line
     assert not out.exists()
-    from hf_laser.tokenization_laser import _main  # python -m hf_laser.tokenization_laser: the same rule
+    from hf_laser.commands.tokenize import main as _main  # python -m hf_laser.commands.tokenize: the same rule
 
     assert _main(["--model", str(tiny_model_dir), "-i", str(text), "-o", str(out)]) == 2
     assert "--lang is required" in error_line(capsys)
@@ -64,7 +64,7 @@ def test_similar_user_errors(tiny_model_dir, text, tmp_path, capsys):
 def test_embed_shards_user_errors(entry, tiny_model_dir, text, tmp_path, capsys):
     def run(*args):
         argv = ["embed-shards", "--embed-dir", str(tmp_path / "shards"), "--no-progress", *args]
-        return cli_main(argv) if entry == "hf-laser" else mining.main(argv)
+        return cli_main(argv) if entry == "hf-laser" else mining_main(argv)
 
     who = "hf-laser embed-shards" if entry == "hf-laser" else "hf_laser.mining embed-shards"
     assert run("--model", str(tiny_model_dir), "--input", "fr", str(tmp_path / "missing.txt")) == 2

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from hf_laser import mining as M
+from hf_laser.commands import mine as mine_command
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -438,8 +439,8 @@ def _cli(monkeypatch, encoder, argv, model="unused"):
     import hf_laser.encoder as E
 
     monkeypatch.setattr(E.LaserEncoder, "from_pretrained", classmethod(lambda cls, *a, **k: encoder))
-    monkeypatch.setattr(M, "load_encoder_for_cli", lambda *a, **k: encoder)
-    return M.main(["mine", "--model", model, "--src-lang", "de", "--tgt-lang", "en", "--knn-device", "cpu",
+    monkeypatch.setattr(mine_command, "load_encoder_for_cli", lambda *a, **k: encoder)
+    return mine_command.main(["mine", "--model", model, "--src-lang", "de", "--tgt-lang", "en", "--knn-device", "cpu",
                    "--no-progress", *argv])
 
 
@@ -581,8 +582,8 @@ def test_two_process_embedding_matches_single_process(tiny_model_dir, tmp_path, 
     assert M.load_embedding_shards(shard_dir, src, "de") is not None
     common = ["--model", str(tiny_model_dir), "--src-lang", "de", "--tgt-lang", "en", "--knn-device", "cpu",
               "--no-progress", "--device", "cpu"]
-    M.main(["mine", str(src), str(tgt), "-o", str(tmp_path / "multi.tsv"), "--embed-dir", str(shard_dir), *common])
-    M.main(["mine", str(src), str(tgt), "-o", str(tmp_path / "single.tsv"), *common])
+    mine_command.main(["mine", str(src), str(tgt), "-o", str(tmp_path / "multi.tsv"), "--embed-dir", str(shard_dir), *common])
+    mine_command.main(["mine", str(src), str(tgt), "-o", str(tmp_path / "single.tsv"), *common])
     multi, single = _read_tsv(tmp_path / "multi.tsv"), _read_tsv(tmp_path / "single.tsv")
     assert len(single) > 0
     assert [(a, b) for _, a, b in multi] == [(a, b) for _, a, b in single]

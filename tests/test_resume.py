@@ -21,6 +21,7 @@ from conftest import REPO, SHARED, read_lines, require_shared
 import hf_laser.encoder as E
 from hf_laser import mining as M
 from hf_laser.cli import main as cli_main
+from hf_laser.commands.mine import main as mining_main
 from hf_laser.encoder import EmbeddingWriteError, LaserEncoder, UsageError
 
 FRA = SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra"
@@ -419,14 +420,14 @@ def test_mine_embed_dir_and_shards_follow_edits(tiny_model_dir, encoder, texts, 
     emb = tmp_path / "emb"
     args = ["mine", str(fr), str(de), "--model", str(tiny_model_dir), "--src-lang", "fr", "--tgt-lang", "de",
             "--knn-device", "cpu", "--no-progress", "--embed-dir", str(emb), "-o", str(tmp_path / "p.tsv")]
-    assert M.main(args) == 0
+    assert mining_main(args) == 0
     key = M.embedding_key(fr, "fr")
     cached = np.array(np.load(emb / f"{key}.npy"))
     np.testing.assert_array_equal(cached, encoder.encode(read_lines(fr), lang="fr"))
     # edited in place, same line count and size: the cache is not reused
     fr.write_bytes(fr.read_bytes().replace(b"Dieu", b"dieu", 1))
     capsys.readouterr()
-    assert M.main(args) == 0
+    assert mining_main(args) == 0
     assert "input content (sha256)" in capsys.readouterr().err
     np.testing.assert_array_equal(np.load(emb / f"{key}.npy"), encoder.encode(read_lines(fr), lang="fr"))
     # shards: written, used, then stale after an edit (mine says so and embeds anew; embed-shards recomputes)
@@ -434,10 +435,10 @@ def test_mine_embed_dir_and_shards_follow_edits(tiny_model_dir, encoder, texts, 
     for lang, path in (("fr", fr), ("de", de)):
         assert M.embed_shards(encoder, path, shards, lang, rank=0, world_size=1, num_shards=2) is not None
     args[args.index(str(emb))] = str(shards)
-    assert M.main(args) == 0
+    assert mining_main(args) == 0
     assert "using 2 embedding shard(s)" in capsys.readouterr().err
     fr.write_bytes(fr.read_bytes().replace(b"dieu", b"Dieu", 1))
-    assert M.main(args) == 0
+    assert mining_main(args) == 0
     err = capsys.readouterr().err
     assert "stale embedding shards" in err and "input content (sha256)" in err and "embedding" in err
     with pytest.raises(M.StaleEmbeddingsError, match="input content"):

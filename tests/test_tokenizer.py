@@ -309,7 +309,7 @@ def test_iter_tokenize_file_keeps_line_alignment(tok, tmp_path):
 
 def _run_cli(args, stdin: bytes) -> bytes:
     proc = subprocess.run(
-        [sys.executable, "-m", "hf_laser.tokenization_laser", *args],
+        [sys.executable, "-m", "hf_laser.commands.tokenize", *args],
         input=stdin, capture_output=True, cwd=REPO, timeout=120,
         env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"},
     )
@@ -329,7 +329,7 @@ def test_tokenize_cli_one_line_out_per_line_in(tmp_path, tiny_model_dir):
     assert got[:63] == read_lines(REFERENCE / "edge" / "edge.fr.bpe")
     # files, tok stage, two processes
     (tmp_path / "in.txt").write_bytes(data)
-    from hf_laser.tokenization_laser import _main
+    from hf_laser.commands.tokenize import main as _main
 
     assert _main(["--bpe-codes", str(BPE_CODES), "--bpe-vocab", str(BPE_VOCAB), "--lang", "fr", "--stage", "tok",
                   "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.tok"), "--num-proc", "2",

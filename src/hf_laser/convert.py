@@ -5,7 +5,7 @@ Usage::
     hf-laser convert bilstm.93langs.2018-12-26.pt laser-93langs --bpe-codes 93langs.fcodes --bpe-vocab 93langs.fvocab
     hf-laser convert laser2.pt laser2 --spm-model laser2.spm --spm-vocab laser2.cvocab
     hf-laser convert CHECKPOINT OUT_DIR --no-tokenizer        # dictionary only: pre-tokenized input
-    python -m hf_laser.convert CHECKPOINT OUT_DIR ...
+    python -m hf_laser.convert CHECKPOINT OUT_DIR ...    # = hf-laser convert (hf_laser/commands/convert.py)
 
 Before anything is written the converter checks that the checkpoint file is intact (zip CRCs), that its
 `params` / `dictionary` / weights are well formed and finite, and that the subword files belong to the checkpoint
@@ -14,7 +14,6 @@ Before anything is written the converter checks that the checkpoint file is inta
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -424,47 +423,7 @@ def convert(
     return out_dir
 
 
-def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="original LASER checkpoint (.pt)")
-    parser.add_argument("out_dir", help="output directory")
-    parser.add_argument("--bpe-codes", help="fastBPE codes (LASER1, e.g. 93langs.fcodes)")
-    parser.add_argument("--bpe-vocab", help="fastBPE vocabulary (LASER1, e.g. 93langs.fvocab)")
-    parser.add_argument("--spm-model", help="SentencePiece model (LASER2, e.g. laser2.spm)")
-    parser.add_argument("--spm-vocab", help="SentencePiece .cvocab (LASER2, e.g. laser2.cvocab)")
-    parser.add_argument("--no-tokenizer", action="store_true",
-                        help="convert without subword files: a dictionary-only directory for pre-tokenized input")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
-    parser.add_argument("--no-model-card", action="store_true", help="do not write README.md")
+if __name__ == "__main__":  # `python -m hf_laser.convert`: the command line's `hf-laser convert`
+    from hf_laser.commands.convert import main
 
-
-def run_convert(args: argparse.Namespace) -> int:
-    try:
-        out = convert(
-            args.checkpoint,
-            args.out_dir,
-            bpe_codes=args.bpe_codes,
-            bpe_vocab=args.bpe_vocab,
-            spm_model=args.spm_model,
-            spm_vocab=args.spm_vocab,
-            model_card=not args.no_model_card,
-            no_tokenizer=bool(getattr(args, "no_tokenizer", False)),
-            overwrite=bool(getattr(args, "overwrite", False)),
-        )
-    except (NotALaserCheckpoint, ValueError, OSError) as err:
-        from .cli import DISK_ERRNOS
-
-        message = " ".join(str(err).split())  # one line
-        print(f"hf-laser convert: error: {message}", file=sys.stderr)
-        return 1 if isinstance(err, OSError) and err.errno in DISK_ERRNOS else 2
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hf_laser.convert", description=__doc__.splitlines()[0])
-    add_convert_arguments(parser)
-    return run_convert(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
     sys.exit(main())

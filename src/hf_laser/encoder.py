@@ -25,20 +25,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .cli import DISK_ERRNOS, UsageError, looks_local, one_line, run_cli  # noqa: F401 (re-exported)
-from .cli import max_sentence_tokens_arg
+from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
+from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError, one_line, run_cli  # noqa: F401 (re-exported)
 from .langid import CHECK_SAMPLE, detector_version, is_auto, warn_at_caller
 from .modeling_laser import LaserModel
-from .models import resolve_model
+from .models import check_model_dir, looks_local, resolve_model  # noqa: F401 (re-exported)
 from .tokenization_laser import LaserInputError, LaserTokenizer, _check_lang, _check_lines_arg
 from .tokenization_laser import read_lines as tokenizer_read_lines
 
-DEFAULT_MAX_TOKENS = 12000  # the original SentenceEncoder's token budget
-# Longer sentences are cut (see `encode_ids`). oneDNN's CPU LSTM cannot run one sequence of tokens x hidden_size
-# >= ~1.33e8 ("could not create a primitive": 260k tokens at LASER's hidden size 512, measured with torch 2.13 at
-# 1-8 threads), and memory grows with the length; 100k keeps hidden sizes up to 1024 clear of it.
-DEFAULT_MAX_SENTENCE_TOKENS = 100_000
-DEFAULT_CHUNK_LINES = 100_000  # lines `encode_file` holds in memory at a time
 PROGRESS_BAR_MIN_SENTENCES = 10_000  # `encode`'s default progress-bar threshold
 PROGRESS_BAR_DELAY_S = 2.0  # `encode_file`'s bar appears only for runs longer than this
 MANIFEST_FORMAT = "hf-laser-embeddings/1"
@@ -120,13 +114,6 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
 # ---------------------------------------------------------------------------------------------------------------
 # What an embedding file was computed from (its manifest), and writing it safely
 # ---------------------------------------------------------------------------------------------------------------
-
-
-class EmbeddingWriteError(OSError):
-    """Disk full / I/O error while writing embeddings. The interrupted state is kept: the same call resumes."""
-
-    def __str__(self) -> str:
-        return self.strerror or super().__str__()
 
 
 def scan_input(path: str | os.PathLike) -> dict:
@@ -849,116 +836,3 @@ def _disk_error(err: OSError, doing: str, done: int, *, files: _OutputFiles, n: 
     return EmbeddingWriteError(err.errno, (
         f"{os.strerror(err.errno)} while {doing} {files.partial} ({done:,} of {n:,} lines saved); "
         "free some space and run the same command again: it resumes from there"))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Command line: `hf-laser embed` (and the error reporting `hf-laser mine` shares)
-# ---------------------------------------------------------------------------------------------------------------
-
-
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")
-
-
-def check_model_dir(model: str | os.PathLike) -> None:
-    """Raises [`UsageError`] with one line when `model` is a missing local directory or not a LASER model
-    directory; a Hub id (`owner/name`) passes."""
-    s = str(model)
-    path = Path(s).expanduser()
-    if not path.exists():
-        if looks_local(model):
-            raise UsageError(f"model directory not found: {s}")
-        return
-    if not path.is_dir():
-        raise UsageError(f"--model {s} is a file, not a model directory (make one with hf-laser convert)")
-    config = path / "config.json"
-    if not config.is_file():
-        raise UsageError(f"{s} is not a LASER model directory: it has no config.json "
-                         "(make one from an original checkpoint with hf-laser convert)")
-    try:
-        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
-    except (ValueError, AttributeError, OSError) as err:
-        raise UsageError(f"{config} is not a valid config file ({type(err).__name__}: {err})") from None
-    if model_type != "laser":
-        raise UsageError(f"{s} is not a LASER model directory: config.json has model_type {model_type!r}, "
-                         "expected 'laser'")
-    if not any((path / name).is_file() for name in _WEIGHT_FILES):
-        raise UsageError(f"{s} has no weights (model.safetensors)")
-
-
-def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwargs) -> LaserEncoder:
-    """`LaserEncoder.from_pretrained(model, **kwargs)` for a command line: the model argument is checked first
-    ([`check_model_dir`]), and failures are [`UsageError`]s of one line."""
-    from transformers.utils import logging as hf_logging
-
-    check_model_dir(model)
-    local = Path(str(model)).expanduser().is_dir()
-    bars = hf_logging.is_progress_bar_enabled()
-    if local and bars:  # no "Loading weights" bar for a local directory (download bars stay for Hub ids)
-        hf_logging.disable_progress_bar()
-    try:
-        encoder = LaserEncoder.from_pretrained(model, **kwargs)
-    except (OSError, ValueError) as err:
-        raise UsageError(f"cannot load the model {model}: {one_line(err)}") from err
-    finally:
-        if local and bars:
-            hf_logging.enable_progress_bar()
-    if not pretokenized and getattr(encoder, "tokenizer", "n/a") is None:
-        raise UsageError(f"{model} has no tokenizer (it was converted without --bpe-codes/--bpe-vocab or "
-                         "--spm-model): give BPE-tokenized input with --pretokenized, or convert it again with them")
-    return encoder
-
-
-def embed_main_io(args) -> int:
-    """`hf-laser embed`: see `cli.py`."""
-    return run_cli("hf-laser embed", _embed_main, args)
-
-
-def _embed_main(args) -> int:
-    import tempfile
-
-    who = "hf-laser embed"
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no CUDA device is available")
-    stdin = args.input in (None, "-")
-    if not stdin and not Path(args.input).is_file():
-        raise UsageError(f"input file not found: {args.input}" if not Path(args.input).exists()
-                         else f"input {args.input} is not a file")
-    if Path(args.output).is_dir():
-        raise UsageError(f"output {args.output} is a directory; give a .npy file name")
-    no_progress = getattr(args, "no_progress", False) or getattr(args, "quiet", False)
-    encoder = load_encoder_for_cli(resolve_model(args.model, who=who), who, pretokenized=args.pretokenized,
-                                   device=args.device, dtype=getattr(torch, args.dtype),
-                                   quantize="int8" if args.int8 else None)
-    tmp = None
-    try:
-        if stdin:
-            # stdin is spooled to disk so that huge inputs are streamed and counted like files; it never resumes.
-            tmp = tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False)
-            while block := sys.stdin.buffer.read(1 << 24):
-                tmp.write(block)
-            tmp.close()
-            input_path = tmp.name
-        else:
-            input_path = args.input
-        out, stats = encoder._encode_file(
-            input_path, args.output, lang=args.lang, pretokenized=args.pretokenized, fp16=args.fp16,
-            max_tokens=args.max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES,
-            max_sentence_tokens=max_sentence_tokens_arg(args),
-            normalize_embeddings=args.normalize, device=None,
-            show_progress_bar=not no_progress and sys.stderr.isatty(), resume=not (args.overwrite or stdin),
-            num_proc=args.num_proc, say=lambda m: print(f"{who}: {m}", file=sys.stderr),
-            fresh_reason="--overwrite" if args.overwrite else "stdin input is never resumed")
-    finally:
-        if tmp is not None:
-            tmp.close()
-            os.unlink(tmp.name)
-    where = f"-> {args.output} {tuple(out.shape)} {out.dtype}"
-    if stats["reused"]:
-        print(f"{who}: {stats['lines']:,} lines already embedded {where}", file=sys.stderr)
-    else:
-        seconds = stats["seconds"]
-        resumed = f", resumed at line {stats['resumed_at']:,}" if stats["resumed_at"] else ""
-        print(f"{who}: {stats['computed']:,} lines in {seconds:.1f} s ({stats['computed'] / max(seconds, 1e-9):,.0f} "
-              f"sentences/s{resumed}) {where}", file=sys.stderr)
-    return 0

@@ -9,17 +9,15 @@ Everything goes up in one commit (`create_repo(exist_ok=True)` + `create_commit`
 the card and lists what would be uploaded, without any network access. The token is whatever `huggingface_hub`
 finds (`HF_TOKEN`, or `hf auth login`); it is never printed.
 
-Command line::
+Command line (`hf_laser/commands/push.py`)::
 
     hf-laser push MODEL_DIR --repo-id user/laser-xx [--results RESULTS_DIR] [--private] [--dry-run]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 __all__ = [
@@ -30,8 +28,6 @@ __all__ = [
     "validate_card",
     "collect_files",
     "push_to_hub",
-    "add_push_arguments",
-    "run_push",
 ]
 
 # How each task of results.json is described in model-index (dataset ids are the Hub datasets the loaders use).
@@ -323,39 +319,3 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, results_dir: str | Path 
     summary["commit"] = getattr(info, "commit_url", None) or str(info)
     log(f"uploaded {len(ops)} files to https://huggingface.co/{repo_id}: {summary['commit']}")
     return summary
-
-
-def add_push_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model_dir", help="model directory (hf-laser convert / save_pretrained output)")
-    parser.add_argument("--repo-id", required=True, help="target Hub repository, e.g. user/laser-93langs")
-    parser.add_argument("--results", default=None, help="RESULTS_DIR of python -m evaluation.run (results.json, plots)")
-    parser.add_argument("--private", action="store_true", help="create the repository as private")
-    parser.add_argument("--revision", default=None, help="branch to commit to (created if missing)")
-    parser.add_argument("--commit-message", default=None)
-    parser.add_argument("--averages-only", action="store_true",
-                        help="model-index gets only the averages (the card's tables still list every language)")
-    parser.add_argument("--card-out", default=None, help="also write the generated README.md here")
-    parser.add_argument("--dry-run", action="store_true", help="list what would be uploaded; no network")
-
-
-def run_push(args: argparse.Namespace) -> int:
-    try:
-        summary = push_to_hub(args.model_dir, args.repo_id, results_dir=args.results, private=args.private,
-                              revision=args.revision, commit_message=args.commit_message, dry_run=args.dry_run,
-                              include_languages=not args.averages_only)
-    except (FileNotFoundError, ValueError, RuntimeError) as err:
-        print(f"hf-laser push: error: {err}", file=sys.stderr)
-        return 2
-    if args.card_out:
-        Path(args.card_out).write_text(summary["card"], encoding="utf-8")
-    return 0
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-laser push", description=__doc__.split("\n\n")[0])
-    add_push_arguments(parser)
-    return run_push(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,8 +18,9 @@ Everything is written so that the vectors never need to be in memory at once: em
 ``.npy`` memory maps, or several shards (:class:`ShardedEmbeddings`, e.g. one file per process); queries are
 searched in batches and the database can be split into several indexes whose top-k lists are merged.
 
-The command-line entry points are :func:`add_mine_arguments` / :func:`run_mine` (``hf-laser mine``) and
-``python -m hf_laser.mining embed-shards`` (multi-process embedding, e.g. under ``accelerate launch``).
+The command line is ``hf-laser mine`` and ``hf-laser embed-shards`` (``hf_laser/commands/mine.py``,
+``embed_shards.py``); ``python -m hf_laser.mining embed-shards`` is the same (multi-process embedding, e.g. under
+``accelerate launch``).
 
 Multi-process embedding, then mining over the shards
 ----------------------------------------------------
@@ -60,13 +61,11 @@ Deviations from the original script, all deliberate:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,10 +73,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .cli import add_max_sentence_tokens_argument, max_sentence_tokens_arg
 from .encoder import (DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, count_lines, embedding_identity,
-                      identity_changes, load_encoder_for_cli, read_lines, run_cli, scan_input, write_json_atomic)
-from .models import resolve_model
+                      identity_changes, read_lines, scan_input, write_json_atomic)
 
 __all__ = [
     "MARGINS",
@@ -110,11 +107,6 @@ __all__ = [
     "load_embedding_shards",
     "StaleEmbeddingsError",
     "embedding_key",
-    "add_mine_arguments",
-    "run_mine",
-    "add_embed_shards_arguments",
-    "run_embed_shards",
-    "main",
 ]
 
 MARGINS = ("ratio", "distance", "absolute")
@@ -501,6 +493,10 @@ def build_index(
     for a, block in db.iter_blocks(add_batch_size, start, stop):
         index_obj.add(l2_normalize(block, copy=False) if normalize else np.ascontiguousarray(block, dtype=np.float32))
     return index_obj, factory
+
+
+def _tqdm_disable(show: bool | None):
+    return None if show is None else (not show)
 
 
 def _ivf_nlist(index) -> int:
@@ -1218,272 +1214,7 @@ def load_embedding_shards(
     return ShardedEmbeddings(arrays)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# CLI: hf-laser mine
-# ---------------------------------------------------------------------------------------------------------------
+if __name__ == "__main__":  # pragma: no cover - `python -m hf_laser.mining {mine,embed-shards}`
+    from hf_laser.commands.mine import main
 
-
-def _tqdm_disable(show: bool | None):
-    return None if show is None else (not show)
-
-
-def add_mine_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the ``hf-laser mine`` arguments to ``parser`` (a sub-command parser)."""
-    parser.add_argument("src", help="source text file, one sentence per line")
-    parser.add_argument("tgt", help="target text file, one sentence per line")
-    parser.add_argument("--model", default=None,
-                        help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
-    parser.add_argument("--src-lang", required=True, help="source language code (tokenization)")
-    parser.add_argument("--tgt-lang", required=True, help="target language code (tokenization)")
-    parser.add_argument("-o", "--output", required=True, help="output TSV: score<TAB>src<TAB>tgt, best first")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="keep pairs with score > THRESHOLD (default: keep all)")
-    parser.add_argument("--mode", default="max", choices=list(MODES) + list(_MODE_ALIASES),
-                        help="candidate selection (default: max)")
-    parser.add_argument("--margin", default="ratio", choices=MARGINS, help="margin function (default: ratio)")
-    parser.add_argument("-k", "--k", "--neighborhood", dest="k", type=int, default=4,
-                        help="neighbourhood size (default: 4)")
-    parser.add_argument("--fp16", action="store_true", help="encode in float16 / store float16 embeddings")
-    parser.add_argument("--embed-dir", default=None,
-                        help="keep embeddings here: reused/resumed on re-runs when the input, model and options are "
-                        "the same (else recomputed, with a message); shards from `embed-shards` are used")
-    parser.add_argument("--dedup", action="store_true",
-                        help="embed and search identical lines once (LASER --unify); outputs each unique pair once")
-    parser.add_argument("--pretokenized", action="store_true", help="inputs are already tokenized + BPE'd")
-    parser.add_argument("--index", default="flat",
-                        help="faiss index: flat (exact, default), ivf, ivfpq, or a faiss factory string")
-    parser.add_argument("--nlist", type=int, default=None, help="IVF lists (default ~4*sqrt(N))")
-    parser.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query (default 16)")
-    parser.add_argument("--pq-m", type=int, default=None, help="PQ sub-quantizers for ivfpq (default d/16)")
-    parser.add_argument("--shard-size", type=int, default=None,
-                        help="split the searched corpus into indexes of this many vectors and merge top-k")
-    parser.add_argument("--query-batch-size", type=int, default=None, help="queries searched per batch")
-    parser.add_argument("--knn-device", default="auto", choices=["auto", "cpu", "cuda"],
-                        help="faiss device (auto: GPU when faiss-gpu sees one)")
-    parser.add_argument("--device", default=None, help="encoder device (e.g. cpu, cuda, cuda:1)")
-    parser.add_argument("--max-tokens", type=int, default=12000, help="encoder batch size in tokens")
-    add_max_sentence_tokens_argument(parser)
-    parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
-    return parser
-
-
-def _side_embeddings(
-    encoder_fn, path, lang, embed_dir: Path, dedup: bool, args, show
-) -> tuple[Embeddings, Dedup | None]:
-    """Embeddings of one side (all lines, or unique lines with ``dedup``) and the dedup map.
-
-    Shards from ``embed-shards`` are used when they were computed from this file's content with this model and
-    options; other cached files are checked by ``encode_file`` (its manifest), so nothing stale is reused."""
-    info = scan_input(path)
-    n = info["lines"]
-    if n == 0:
-        raise ValueError(f"input file {path} is empty")
-    key = embedding_key(path, lang)
-    identity = _shard_identity(encoder_fn(), info, lang, pretokenized=args.pretokenized, fp16=args.fp16,
-                               max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args))
-    try:
-        sharded = load_embedding_shards(embed_dir, path, lang, identity=identity)
-    except StaleEmbeddingsError as err:
-        print(f" - {err}: not using them, embedding {path} anew", file=sys.stderr)
-        sharded = None
-    dd = None
-    if dedup:
-        dd = deduplicate_file(path, embed_dir / f"{key}.unique.txt")
-    if sharded is not None:
-        emb = sharded if dd is None else sharded.subset(dd.first)
-        print(f" - {path}: using {len(sharded.shards)} embedding shard(s) from {embed_dir}", file=sys.stderr)
-    else:
-        txt = embed_dir / f"{key}.unique.txt" if dd is not None else Path(path)
-        npy = embed_dir / f"{key}{'.unique' if dd is not None else ''}.npy"
-        arr = encoder_fn().encode_file(
-            str(txt), str(npy), lang=lang, pretokenized=args.pretokenized, fp16=args.fp16,
-            max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args), show_progress_bar=show,
-            resume=True,
-        )
-        emb = as_embeddings(arr)
-    expected = dd.num_unique if dd is not None else n
-    if len(emb) != expected:
-        raise ValueError(
-            f"embeddings of {path} have {len(emb)} rows but {expected} (unique) lines were expected; "
-            f"delete stale files in {embed_dir}"
-        )
-    if dd is not None:
-        print(f" - {path}: {n} lines, {dd.num_unique} unique", file=sys.stderr)
-    return emb, dd
-
-
-def run_mine(args: argparse.Namespace) -> int:
-    """Run ``hf-laser mine``: embed both files (streamed to disk), mine, write ``score<TAB>src<TAB>tgt``.
-
-    Returns the process exit code: 0, or 2 for a user error / 1 for a full disk, reported in one line on stderr
-    (:func:`hf_laser.encoder.run_cli`).
-    """
-    return run_cli("hf-laser mine", _run_mine, args)
-
-
-def _run_mine(args: argparse.Namespace) -> int:
-    t0 = time.time()
-    show = False if getattr(args, "no_progress", False) else None
-    for p in (args.src, args.tgt):
-        if not Path(p).is_file():
-            raise FileNotFoundError(f"input file not found: {p}")
-    require_faiss()
-    encoder = None
-
-    def get_encoder():
-        nonlocal encoder
-        if encoder is None:
-            encoder = load_encoder_for_cli(resolve_model(args.model, who="hf-laser mine"), "hf-laser mine",
-                                           pretokenized=args.pretokenized, device=args.device)
-        return encoder
-
-    get_encoder()  # a bad --model fails before anything is embedded
-
-    tmpdir = None
-    if args.embed_dir:
-        embed_dir = Path(args.embed_dir)
-        embed_dir.mkdir(parents=True, exist_ok=True)
-    else:
-        tmpdir = tempfile.TemporaryDirectory(prefix="hf_laser_mine_")
-        embed_dir = Path(tmpdir.name)
-    try:
-        x, dx = _side_embeddings(get_encoder, args.src, args.src_lang, embed_dir, args.dedup, args, show)
-        y, dy = _side_embeddings(get_encoder, args.tgt, args.tgt_lang, embed_dir, args.dedup, args, show)
-        res = mine(
-            x, y, k=args.k, margin=args.margin, mode=args.mode, threshold=args.threshold, index=args.index,
-            device=args.knn_device, query_batch_size=args.query_batch_size, shard_size=args.shard_size,
-            nlist=args.nlist, nprobe=args.nprobe, pq_m=getattr(args, "pq_m", None), show_progress=show,
-        )
-        src_lines = dx.to_original(res.src) if dx is not None else res.src
-        tgt_lines = dy.to_original(res.tgt) if dy is not None else res.tgt
-        src_text = read_lines_at(args.src, src_lines)
-        tgt_text = read_lines_at(args.tgt, tgt_lines)
-        out_path = Path(args.output)
-        if out_path.parent and not out_path.parent.exists():
-            out_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(out_path, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
-            for s, i, j in zip(res.scores.tolist(), src_lines.tolist(), tgt_lines.tolist()):
-                out.write(f"{s:.6f}\t{src_text[i]}\t{tgt_text[j]}\n")
-        print(
-            f" - mined {len(res)} pairs ({args.mode}, {args.margin} margin, k={args.k}"
-            f"{'' if args.threshold is None else f', threshold {args.threshold}'}) from {len(x)} x {len(y)} "
-            f"sentences in {time.time() - t0:.1f}s -> {out_path}",
-            file=sys.stderr,
-        )
-    finally:
-        if tmpdir is not None:
-            tmpdir.cleanup()
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# CLI: python -m hf_laser.mining embed-shards (multi-process)
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def add_embed_shards_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--model", default=None,
-                        help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
-    parser.add_argument("--embed-dir", required=True, help="directory for the shards (shared by all processes)")
-    parser.add_argument("--input", nargs=2, action="append", metavar=("LANG", "FILE"), required=True,
-                        help="language and text file to embed; repeat for several files")
-    parser.add_argument("--num-shards", type=int, default=None, help="shards per file (default: world size)")
-    parser.add_argument("--nproc", type=int, default=None,
-                        help="start this many local worker processes (ranks 0..N-1) instead of being one rank")
-    parser.add_argument("--rank", type=int, default=None, help="this process's rank (default: $RANK or 0)")
-    parser.add_argument("--world-size", type=int, default=None, help="number of processes (default: $WORLD_SIZE or 1)")
-    parser.add_argument("--device", default=None,
-                        help="encoder device (default: cuda:$LOCAL_RANK when CUDA is available, else cpu)")
-    parser.add_argument("--fp16", action="store_true")
-    parser.add_argument("--pretokenized", action="store_true")
-    parser.add_argument("--max-tokens", type=int, default=12000)
-    add_max_sentence_tokens_argument(parser)
-    parser.add_argument("--no-progress", action="store_true")
-    return parser
-
-
-def _embed_shards_worker(args: argparse.Namespace, rank: int, world: int, threads: int) -> None:
-    import torch  # noqa: PLC0415
-
-    torch.set_num_threads(max(1, threads))
-    args = argparse.Namespace(**{**vars(args), "nproc": None, "rank": rank, "world_size": world})
-    run_embed_shards(args)
-
-
-def run_embed_shards(args: argparse.Namespace) -> int:
-    """Embed this process's shards of every ``--input`` (see :func:`embed_shards`).
-
-    With ``--nproc N`` it starts N local processes (``spawn``), ranks 0..N-1, each with ``cpu_count // N`` torch
-    threads, waits for them and fails if any failed. The inputs, languages and model directory are checked first
-    (a [`~hf_laser.cli.UsageError`] / `FileNotFoundError` of one line), before any worker starts.
-    """
-    from hf_laser.encoder import check_model_dir  # noqa: PLC0415
-    from hf_laser.tokenization_laser import _check_lang  # noqa: PLC0415
-
-    for lang, path in args.input:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"input file not found: {path}" if not Path(path).exists()
-                                    else f"input {path} is not a file")
-        if not args.pretokenized:
-            _check_lang(lang)
-    model = resolve_model(args.model, who="hf-laser embed-shards")
-    check_model_dir(model)
-    if getattr(args, "nproc", None):
-        import multiprocessing as mp  # noqa: PLC0415
-
-        n = int(args.nproc)
-        ctx = mp.get_context("spawn")
-        threads = max(1, (os.cpu_count() or 1) // n)
-        procs = [ctx.Process(target=_embed_shards_worker, args=(args, r, n, threads)) for r in range(n)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
-        failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
-        if failed:
-            raise RuntimeError(f"embed-shards worker(s) {failed} failed (see their messages above)")
-        for lang, path in args.input:
-            if load_embedding_shards(args.embed_dir, path, lang) is None:
-                raise RuntimeError(f"shards of {path} are incomplete after all workers finished")
-        return 0
-    rank, world = _dist_env()
-    rank = rank if args.rank is None else args.rank
-    world = world if args.world_size is None else args.world_size
-    device = args.device
-    if device is None:
-        import torch  # noqa: PLC0415
-
-        use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
-        if torch.cuda.is_available() and not use_cpu:
-            device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank)) % torch.cuda.device_count()}"
-        else:
-            device = "cpu"
-    encoder = load_encoder_for_cli(model, "hf-laser embed-shards", pretokenized=args.pretokenized, device=device)
-    show = False if args.no_progress else None
-    for lang, path in args.input:
-        manifest = embed_shards(
-            encoder, path, args.embed_dir, lang, rank=rank, world_size=world, num_shards=args.num_shards,
-            pretokenized=args.pretokenized, fp16=args.fp16, max_tokens=args.max_tokens,
-            max_sentence_tokens=max_sentence_tokens_arg(args), show_progress_bar=show,
-        )
-        state = f"complete: {manifest}" if manifest else "waiting for other ranks"
-        print(f" - rank {rank}/{world}: {path} ({lang}) shards done; {state}", file=sys.stderr)
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m hf_laser.mining {mine,embed-shards} ...``."""
-    parser = argparse.ArgumentParser(prog="python -m hf_laser.mining", description="LASER bitext mining")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_mine_arguments(sub.add_parser("mine", help="mine parallel sentences between two text files"))
-    add_embed_shards_arguments(
-        sub.add_parser("embed-shards", help="embed text files into shards (run once per process)")
-    )
-    args = parser.parse_args(argv)
-    if args.command == "mine":
-        return run_mine(args)
-    return run_cli("hf_laser.mining embed-shards", run_embed_shards, args)
-
-
-if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 
-def add_similar_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="model directory or Hub id (default: the shipped laser-mini)")
     query = parser.add_mutually_exclusive_group(required=True)
@@ -50,10 +50,10 @@ def _read(path: str) -> list[str]:
     return lines
 
 
-def run_similar(args: argparse.Namespace) -> int:
-    from .encoder import load_encoder_for_cli
-    from .models import resolve_model
-    from .tokenization_laser import _check_lang
+def run(args: argparse.Namespace) -> int:
+    from ..models import resolve_model
+    from ..tokenization_laser import _check_lang
+    from .common import load_encoder_for_cli
 
     try:
         if args.k < 1:

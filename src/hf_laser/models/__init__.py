@@ -1,15 +1,24 @@
-"""Models shipped inside the package, and the default one.
+"""Which model: the one shipped inside the package (the default), a local directory, or a Hub id.
 
 `DEFAULT_MODEL` is the directory of `laser-mini`, a small LASER encoder trained by this project with
 `training/configs/laser-mini.yaml` on the parallel corpora described in its model card. It is far weaker than the
 original LASER models (convert those with `hf-laser convert`); it exists so that embedding works out of the box.
+The directory holds weights, configuration, tokenizer files, model card and plot, no code: with the package
+installed the `laser` type is registered, and a directory for the Hub (`save_pretrained`, `hf-laser push`) gets
+its remote code from the package's sources (`hf_laser.integration_files`).
+
+[`resolve_model`] gives the default when no model is named; [`looks_local`], [`check_local_dir`] and
+[`check_model_dir`] tell a local path from a Hub id and check a model argument before anything is loaded.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
+
+from ..errors import UsageError
 
 DEFAULT_MODEL_NAME = "laser-mini"
 DEFAULT_MODEL = str(Path(__file__).resolve().parent / DEFAULT_MODEL_NAME)
@@ -30,3 +39,52 @@ def resolve_model(model: str | os.PathLike | None, *, who: str = "hf_laser") -> 
               "it is small and much weaker than the original LASER (see its model card)", file=sys.stderr)
         _announced = True
     return DEFAULT_MODEL
+
+
+def looks_local(model: str | os.PathLike) -> bool:
+    """A model argument that can only mean a local path: absolute, `./`, `../`, `~`, more than one `/`, or whose
+    parent directory exists (`models/x` with a `models/` here, or a bare name). Such a path is never sent to
+    the Hub; only `owner/name` with no `owner/` directory here is a Hub id."""
+    s = str(model)
+    if isinstance(model, os.PathLike) or os.path.isabs(s) or s.startswith(("./", "../", "~", ".\\", "..\\")):
+        return True
+    if s in (".", "..") or "\\" in s or s.count("/") > 1 or s.endswith("/"):
+        return True
+    return Path(s).parent.is_dir()
+
+
+def check_local_dir(model: str | os.PathLike) -> None:
+    """[`UsageError`] when `model` means a local directory that is missing, or is a file; a Hub id passes."""
+    path = Path(str(model)).expanduser()
+    if not path.exists():
+        if looks_local(model):
+            raise UsageError(f"model directory not found: {model}")
+    elif not path.is_dir():
+        raise UsageError(f"--model {model} is a file, not a model directory (make one with hf-laser convert)")
+
+
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+
+
+def check_model_dir(model: str | os.PathLike) -> None:
+    """Raises [`UsageError`] with one line when `model` is a missing local directory or not a LASER model
+    directory; a Hub id (`owner/name`) passes."""
+    check_local_dir(model)
+    s = str(model)
+    path = Path(s).expanduser()
+    if not path.exists():
+        return
+    config = path / "config.json"
+    if not config.is_file():
+        raise UsageError(f"{s} is not a LASER model directory: it has no config.json "
+                         "(make one from an original checkpoint with hf-laser convert)")
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (ValueError, AttributeError, OSError) as err:
+        raise UsageError(f"{config} is not a valid config file ({type(err).__name__}: {err})") from None
+    if model_type != "laser":
+        raise UsageError(f"{s} is not a LASER model directory: config.json has model_type {model_type!r}, "
+                         "expected 'laser'")
+    if not any((path / name).is_file() for name in _WEIGHT_FILES):
+        raise UsageError(f"{s} has no weights (model.safetensors)")

@@ -12,7 +12,8 @@ Three layers, each usable on its own:
   for :class:`~hf_laser.modeling_laser.LaserModel`, exactly the ids LASER's ``SentenceEncoder``
   computes from a ``.bpe``/``.spm`` line (``line.strip().split()`` looked up in the dictionary).
 * streaming helpers (:meth:`LaserTokenizer.encode_lines`, :meth:`LaserTextPipeline.iter_file`,
-  :func:`run_tokenize`) with an order-preserving multiprocessing pool (``num_proc``).
+  :meth:`LaserTextPipeline.tokenize_file`, which ``hf-laser tokenize`` runs) with an order-preserving
+  multiprocessing pool (``num_proc``).
 
 Files read and written use UTF-8 with ``errors="surrogateescape"`` and split lines on ``'\\n'``
 only, so a line containing ``\\r``, U+2028, U+0085 ... stays one line (one output line per input
@@ -21,7 +22,6 @@ line).
 
 from __future__ import annotations
 
-import argparse
 import io
 import itertools
 import json
@@ -49,8 +49,6 @@ __all__ = [
     "LaserTokenizer",
     "LaserInputError",
     "VOCAB_FILES_NAMES",
-    "add_tokenize_arguments",
-    "run_tokenize",
     "read_lines",
 ]
 
@@ -995,80 +993,3 @@ def _write_vocab_json(path, vocab: dict[str, int]) -> None:
     with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as fh:
         fh.write(json.dumps(dict(items), ensure_ascii=False, indent=0))
         fh.write("\n")
-
-
-# ------------------------------------------------------------------------------------ CLI
-def add_tokenize_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Arguments of ``hf-laser tokenize``."""
-    src = parser.add_mutually_exclusive_group()
-    src.add_argument("--model", metavar="DIR",
-                     help="converted model / tokenizer directory (default, without --bpe-codes / --spm-model: the "
-                          "shipped laser-mini)")
-    src.add_argument("--bpe-codes", metavar="F", help="fastBPE codes (LASER1, *.fcodes)")
-    src.add_argument("--spm-model", metavar="F", help="SentencePiece model (LASER2, *.spm)")
-    parser.add_argument("--bpe-vocab", metavar="F", help="fastBPE vocabulary (LASER1, *.fvocab); needed with --bpe-codes")
-    parser.add_argument("--lang", default=None,
-                        help="language of the input, required: a code (en, fr, zh, ja, el ...: it selects the LASER "
-                             "preprocessing) or 'auto' to detect it per sentence")
-    parser.add_argument(
-        "--laser2-punct-lang",
-        default=None,
-        help="LASER2: language for normalize-punctuation whatever --lang is ('en' = stock LASER2)",
-    )
-    parser.add_argument(
-        "--stage", choices=["tok", "bpe"], default="bpe", help="stop after preprocessing (tok) or after BPE/SPM (bpe)"
-    )
-    parser.add_argument("-i", "--input", default="-", help="input file (default stdin)")
-    parser.add_argument("-o", "--output", default="-", help="output file (default stdout)")
-    parser.add_argument("--num-proc", type=int, default=1, help="worker processes (0 = all CPUs)")
-    parser.add_argument("--chunk-size", type=int, default=2000, help="lines per worker task")
-    return parser
-
-
-def run_tokenize(args: argparse.Namespace) -> int:
-    """``hf-laser tokenize``: exactly one output line per input line (split on ``'\\n'`` only). ``--lang`` is
-    required (a code or ``auto``), as for ``hf-laser embed``; errors are one line, exit status 2."""
-    if args.lang is None:
-        print("hf-laser tokenize: error: --lang is required: pass the language code of the input (e.g. --lang fr) or "
-              "--lang auto to detect it per sentence", file=sys.stderr)
-        return 2
-    # `from . import` rather than `from .cli import`: transformers would otherwise look for a cli.py to ship with
-    # this file as remote code (the CLI never runs there)
-    from . import cli
-
-    try:
-        if args.bpe_codes is None and args.spm_model is None:
-            # `from . import` rather than `from .models import`: transformers would otherwise look for a models.py
-            # to ship with this file as remote code (the CLI never runs there)
-            from . import models
-
-            model = models.resolve_model(args.model, who="hf-laser tokenize")
-            cli.check_local_dir(model)  # a missing local path is an error here, not a Hub id to look up
-            tok = LaserTokenizer.from_pretrained(model)
-            pipeline = tok.pipeline
-            if args.laser2_punct_lang is not None:
-                pipeline.laser2_punct_lang = args.laser2_punct_lang
-        elif args.bpe_codes is not None:
-            if args.bpe_vocab is None:
-                print("hf-laser tokenize: error: --bpe-codes needs --bpe-vocab", file=sys.stderr)
-                return 2
-            pipeline = LaserTextPipeline(bpe_codes=args.bpe_codes, bpe_vocab=args.bpe_vocab)
-        else:
-            pipeline = LaserTextPipeline(spm_model=args.spm_model, laser2_punct_lang=args.laser2_punct_lang)
-        pipeline.tokenize_file(
-            args.input, args.output, args.lang, stage=args.stage, num_proc=args.num_proc, chunk_size=args.chunk_size
-        )
-    except (OSError, ValueError) as exc:
-        print(f"hf-laser tokenize: error: {cli.one_line(exc)}", file=sys.stderr)
-        return 1 if isinstance(exc, OSError) and exc.errno in cli.DISK_ERRNOS else 2
-    return 0
-
-
-def _main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-laser tokenize", description=run_tokenize.__doc__)
-    add_tokenize_arguments(parser)
-    return run_tokenize(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

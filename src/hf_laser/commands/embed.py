@@ -1,0 +1,99 @@
+"""`hf-laser embed`: a text file (or stdin), one sentence per line, into a `.npy` file (`LaserEncoder.encode_file`:
+streamed, resumable, with a manifest)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_TOKENS
+from ..errors import UsageError
+from .common import add_max_sentence_tokens_argument, load_encoder_for_cli, max_sentence_tokens_arg
+
+WHO = "hf-laser embed"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None,
+                        help="model directory (from hf-laser convert) or Hub id (default: the shipped laser-mini)")
+    parser.add_argument("--lang", default=None,
+                        help="language of the input, required: a code (en, fr, zh, ja, el ...: it selects the LASER "
+                             "preprocessing) or 'auto' to detect it per sentence (not needed with --pretokenized)")
+    parser.add_argument("--pretokenized", action="store_true",
+                        help="input lines are already BPE/SentencePiece tokens separated by spaces")
+    parser.add_argument("-i", "--input", default=None, help="input text file (default: stdin)")
+    parser.add_argument("-o", "--output", required=True, help="output .npy file, shape [lines, dim]")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="token budget per batch")
+    add_max_sentence_tokens_argument(parser)
+    parser.add_argument("--fp16", action="store_true", help="store float16 instead of float32")
+    parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                        help="model dtype (float32: the original's numbers; the others trade fidelity for speed)")
+    parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation of the LSTM (CPU only)")
+    parser.add_argument("--num-proc", type=int, default=1, help="processes for the text preprocessing")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="recompute from scratch, ignoring an earlier or interrupted output (by default an output "
+                        "computed from the same input, model and options is reused or resumed, anything else is "
+                        "recomputed with a message; stdin input is never resumed)")
+    parser.add_argument("--no-progress", "-q", "--quiet", dest="no_progress", action="store_true",
+                        help="no progress bar (there is none either when stderr is not a terminal)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.lang is None and not args.pretokenized:  # before torch is imported
+        print(f"{WHO}: error: --lang is required: pass the language code of the input (e.g. --lang fr) or "
+              "--lang auto to detect it per sentence", file=sys.stderr)
+        return 2
+    import tempfile
+
+    import torch
+
+    from ..models import resolve_model
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda but no CUDA device is available")
+    stdin = args.input in (None, "-")
+    if not stdin and not Path(args.input).is_file():
+        raise UsageError(f"input file not found: {args.input}" if not Path(args.input).exists()
+                         else f"input {args.input} is not a file")
+    if Path(args.output).is_dir():
+        raise UsageError(f"output {args.output} is a directory; give a .npy file name")
+    no_progress = getattr(args, "no_progress", False) or getattr(args, "quiet", False)
+    encoder = load_encoder_for_cli(resolve_model(args.model, who=WHO), WHO, pretokenized=args.pretokenized,
+                                   device=args.device, dtype=getattr(torch, args.dtype),
+                                   quantize="int8" if args.int8 else None)
+    tmp = None
+    try:
+        if stdin:
+            # stdin is spooled to disk so that huge inputs are streamed and counted like files; it never resumes.
+            tmp = tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False)
+            while block := sys.stdin.buffer.read(1 << 24):
+                tmp.write(block)
+            tmp.close()
+            input_path = tmp.name
+        else:
+            input_path = args.input
+        out, stats = encoder._encode_file(
+            input_path, args.output, lang=args.lang, pretokenized=args.pretokenized, fp16=args.fp16,
+            max_tokens=args.max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES,
+            max_sentence_tokens=max_sentence_tokens_arg(args),
+            normalize_embeddings=args.normalize, device=None,
+            show_progress_bar=not no_progress and sys.stderr.isatty(), resume=not (args.overwrite or stdin),
+            num_proc=args.num_proc, say=lambda m: print(f"{WHO}: {m}", file=sys.stderr),
+            fresh_reason="--overwrite" if args.overwrite else "stdin input is never resumed")
+    finally:
+        if tmp is not None:
+            tmp.close()
+            os.unlink(tmp.name)
+    where = f"-> {args.output} {tuple(out.shape)} {out.dtype}"
+    if stats["reused"]:
+        print(f"{WHO}: {stats['lines']:,} lines already embedded {where}", file=sys.stderr)
+    else:
+        seconds = stats["seconds"]
+        resumed = f", resumed at line {stats['resumed_at']:,}" if stats["resumed_at"] else ""
+        print(f"{WHO}: {stats['computed']:,} lines in {seconds:.1f} s ({stats['computed'] / max(seconds, 1e-9):,.0f} "
+              f"sentences/s{resumed}) {where}", file=sys.stderr)
+    return 0

@@ -1,0 +1,105 @@
+"""`hf-laser embed-shards` (= `python -m hf_laser.mining embed-shards`): embed text files into `.npy` shards for
+`hf-laser mine --embed-dir`, one process per rank (`hf_laser.mining.embed_shards`), or `--nproc` local workers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..defaults import DEFAULT_MAX_TOKENS
+from .common import add_max_sentence_tokens_argument, load_encoder_for_cli, max_sentence_tokens_arg
+
+WHO = "hf-laser embed-shards"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--model", default=None,
+                        help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
+    parser.add_argument("--embed-dir", required=True, help="directory for the shards (shared by all processes)")
+    parser.add_argument("--input", nargs=2, action="append", metavar=("LANG", "FILE"), required=True,
+                        help="language and text file to embed; repeat for several files")
+    parser.add_argument("--num-shards", type=int, default=None, help="shards per file (default: world size)")
+    parser.add_argument("--nproc", type=int, default=None,
+                        help="start this many local worker processes (ranks 0..N-1) instead of being one rank")
+    parser.add_argument("--rank", type=int, default=None, help="this process's rank (default: $RANK or 0)")
+    parser.add_argument("--world-size", type=int, default=None, help="number of processes (default: $WORLD_SIZE or 1)")
+    parser.add_argument("--device", default=None,
+                        help="encoder device (default: cuda:$LOCAL_RANK when CUDA is available, else cpu)")
+    parser.add_argument("--fp16", action="store_true")
+    parser.add_argument("--pretokenized", action="store_true")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    add_max_sentence_tokens_argument(parser)
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def _worker(args: argparse.Namespace, rank: int, world: int, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    args = argparse.Namespace(**{**vars(args), "nproc": None, "rank": rank, "world_size": world})
+    run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Embed this process's shards of every ``--input`` (see [`hf_laser.mining.embed_shards`]).
+
+    With ``--nproc N`` it starts N local processes (``spawn``), ranks 0..N-1, each with ``cpu_count // N`` torch
+    threads, waits for them and fails if any failed. The inputs, languages and model directory are checked first
+    (a [`~hf_laser.errors.UsageError`] / `FileNotFoundError` of one line), before any worker starts.
+    """
+    from ..mining import _dist_env, embed_shards, load_embedding_shards
+    from ..models import check_model_dir, resolve_model
+    from ..tokenization_laser import _check_lang
+
+    for lang, path in args.input:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"input file not found: {path}" if not Path(path).exists()
+                                    else f"input {path} is not a file")
+        if not args.pretokenized:
+            _check_lang(lang)
+    model = resolve_model(args.model, who=WHO)
+    check_model_dir(model)
+    if getattr(args, "nproc", None):
+        import multiprocessing as mp
+
+        n = int(args.nproc)
+        ctx = mp.get_context("spawn")
+        threads = max(1, (os.cpu_count() or 1) // n)
+        procs = [ctx.Process(target=_worker, args=(args, r, n, threads)) for r in range(n)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
+        if failed:
+            raise RuntimeError(f"embed-shards worker(s) {failed} failed (see their messages above)")
+        for lang, path in args.input:
+            if load_embedding_shards(args.embed_dir, path, lang) is None:
+                raise RuntimeError(f"shards of {path} are incomplete after all workers finished")
+        return 0
+    rank, world = _dist_env()
+    rank = rank if args.rank is None else args.rank
+    world = world if args.world_size is None else args.world_size
+    device = args.device
+    if device is None:
+        import torch
+
+        use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+        if torch.cuda.is_available() and not use_cpu:
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank)) % torch.cuda.device_count()}"
+        else:
+            device = "cpu"
+    encoder = load_encoder_for_cli(model, WHO, pretokenized=args.pretokenized, device=device)
+    show = False if args.no_progress else None
+    for lang, path in args.input:
+        manifest = embed_shards(
+            encoder, path, args.embed_dir, lang, rank=rank, world_size=world, num_shards=args.num_shards,
+            pretokenized=args.pretokenized, fp16=args.fp16, max_tokens=args.max_tokens,
+            max_sentence_tokens=max_sentence_tokens_arg(args), show_progress_bar=show,
+        )
+        state = f"complete: {manifest}" if manifest else "waiting for other ranks"
+        print(f" - rank {rank}/{world}: {path} ({lang}) shards done; {state}", file=sys.stderr)
+    return 0

@@ -1,0 +1,188 @@
+"""`hf-laser mine`: embed two text files (streamed to disk), mine parallel sentences with margin-based scoring
+(`hf_laser.mining`), write `score<TAB>src<TAB>tgt`, best first.
+
+[`main`] is `python -m hf_laser.mining {mine,embed-shards}` (the module form that `accelerate launch -m` /
+`torchrun -m` start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..defaults import DEFAULT_MAX_TOKENS
+from ..errors import run_cli
+from . import embed_shards
+from .common import add_max_sentence_tokens_argument, load_encoder_for_cli, max_sentence_tokens_arg
+
+WHO = "hf-laser mine"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``hf-laser mine`` arguments to ``parser`` (a sub-command parser)."""
+    from ..mining import _MODE_ALIASES, MARGINS, MODES
+
+    parser.add_argument("src", help="source text file, one sentence per line")
+    parser.add_argument("tgt", help="target text file, one sentence per line")
+    parser.add_argument("--model", default=None,
+                        help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
+    parser.add_argument("--src-lang", required=True, help="source language code (tokenization)")
+    parser.add_argument("--tgt-lang", required=True, help="target language code (tokenization)")
+    parser.add_argument("-o", "--output", required=True, help="output TSV: score<TAB>src<TAB>tgt, best first")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="keep pairs with score > THRESHOLD (default: keep all)")
+    parser.add_argument("--mode", default="max", choices=list(MODES) + list(_MODE_ALIASES),
+                        help="candidate selection (default: max)")
+    parser.add_argument("--margin", default="ratio", choices=MARGINS, help="margin function (default: ratio)")
+    parser.add_argument("-k", "--k", "--neighborhood", dest="k", type=int, default=4,
+                        help="neighbourhood size (default: 4)")
+    parser.add_argument("--fp16", action="store_true", help="encode in float16 / store float16 embeddings")
+    parser.add_argument("--embed-dir", default=None,
+                        help="keep embeddings here: reused/resumed on re-runs when the input, model and options are "
+                        "the same (else recomputed, with a message); shards from `embed-shards` are used")
+    parser.add_argument("--dedup", action="store_true",
+                        help="embed and search identical lines once (LASER --unify); outputs each unique pair once")
+    parser.add_argument("--pretokenized", action="store_true", help="inputs are already tokenized + BPE'd")
+    parser.add_argument("--index", default="flat",
+                        help="faiss index: flat (exact, default), ivf, ivfpq, or a faiss factory string")
+    parser.add_argument("--nlist", type=int, default=None, help="IVF lists (default ~4*sqrt(N))")
+    parser.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query (default 16)")
+    parser.add_argument("--pq-m", type=int, default=None, help="PQ sub-quantizers for ivfpq (default d/16)")
+    parser.add_argument("--shard-size", type=int, default=None,
+                        help="split the searched corpus into indexes of this many vectors and merge top-k")
+    parser.add_argument("--query-batch-size", type=int, default=None, help="queries searched per batch")
+    parser.add_argument("--knn-device", default="auto", choices=["auto", "cpu", "cuda"],
+                        help="faiss device (auto: GPU when faiss-gpu sees one)")
+    parser.add_argument("--device", default=None, help="encoder device (e.g. cpu, cuda, cuda:1)")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="encoder batch size in tokens")
+    add_max_sentence_tokens_argument(parser)
+    parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
+    return parser
+
+
+def _side_embeddings(encoder_fn, path, lang, embed_dir: Path, dedup: bool, args, show):
+    """Embeddings of one side (all lines, or unique lines with ``dedup``) and the dedup map.
+
+    Shards from ``embed-shards`` are used when they were computed from this file's content with this model and
+    options; other cached files are checked by ``encode_file`` (its manifest), so nothing stale is reused."""
+    from ..mining import (StaleEmbeddingsError, _shard_identity, as_embeddings, deduplicate_file, embedding_key,
+                          load_embedding_shards, scan_input)
+
+    info = scan_input(path)
+    n = info["lines"]
+    if n == 0:
+        raise ValueError(f"input file {path} is empty")
+    key = embedding_key(path, lang)
+    identity = _shard_identity(encoder_fn(), info, lang, pretokenized=args.pretokenized, fp16=args.fp16,
+                               max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args))
+    try:
+        sharded = load_embedding_shards(embed_dir, path, lang, identity=identity)
+    except StaleEmbeddingsError as err:
+        print(f" - {err}: not using them, embedding {path} anew", file=sys.stderr)
+        sharded = None
+    dd = None
+    if dedup:
+        dd = deduplicate_file(path, embed_dir / f"{key}.unique.txt")
+    if sharded is not None:
+        emb = sharded if dd is None else sharded.subset(dd.first)
+        print(f" - {path}: using {len(sharded.shards)} embedding shard(s) from {embed_dir}", file=sys.stderr)
+    else:
+        txt = embed_dir / f"{key}.unique.txt" if dd is not None else Path(path)
+        npy = embed_dir / f"{key}{'.unique' if dd is not None else ''}.npy"
+        arr = encoder_fn().encode_file(
+            str(txt), str(npy), lang=lang, pretokenized=args.pretokenized, fp16=args.fp16,
+            max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args), show_progress_bar=show,
+            resume=True,
+        )
+        emb = as_embeddings(arr)
+    expected = dd.num_unique if dd is not None else n
+    if len(emb) != expected:
+        raise ValueError(
+            f"embeddings of {path} have {len(emb)} rows but {expected} (unique) lines were expected; "
+            f"delete stale files in {embed_dir}"
+        )
+    if dd is not None:
+        print(f" - {path}: {n} lines, {dd.num_unique} unique", file=sys.stderr)
+    return emb, dd
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``hf-laser mine``: embed both files (streamed to disk), mine, write ``score<TAB>src<TAB>tgt``.
+
+    Errors are raised; under [`hf_laser.errors.run_cli`] they become one line on stderr with exit status 2 for a
+    user error, 1 for a full disk.
+    """
+    import tempfile
+
+    from ..mining import mine, read_lines_at, require_faiss
+    from ..models import resolve_model
+
+    t0 = time.time()
+    show = False if getattr(args, "no_progress", False) else None
+    for p in (args.src, args.tgt):
+        if not Path(p).is_file():
+            raise FileNotFoundError(f"input file not found: {p}")
+    require_faiss()
+    encoder = None
+
+    def get_encoder():
+        nonlocal encoder
+        if encoder is None:
+            encoder = load_encoder_for_cli(resolve_model(args.model, who=WHO), WHO,
+                                           pretokenized=args.pretokenized, device=args.device)
+        return encoder
+
+    get_encoder()  # a bad --model fails before anything is embedded
+
+    tmpdir = None
+    if args.embed_dir:
+        embed_dir = Path(args.embed_dir)
+        embed_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        tmpdir = tempfile.TemporaryDirectory(prefix="hf_laser_mine_")
+        embed_dir = Path(tmpdir.name)
+    try:
+        x, dx = _side_embeddings(get_encoder, args.src, args.src_lang, embed_dir, args.dedup, args, show)
+        y, dy = _side_embeddings(get_encoder, args.tgt, args.tgt_lang, embed_dir, args.dedup, args, show)
+        res = mine(
+            x, y, k=args.k, margin=args.margin, mode=args.mode, threshold=args.threshold, index=args.index,
+            device=args.knn_device, query_batch_size=args.query_batch_size, shard_size=args.shard_size,
+            nlist=args.nlist, nprobe=args.nprobe, pq_m=getattr(args, "pq_m", None), show_progress=show,
+        )
+        src_lines = dx.to_original(res.src) if dx is not None else res.src
+        tgt_lines = dy.to_original(res.tgt) if dy is not None else res.tgt
+        src_text = read_lines_at(args.src, src_lines)
+        tgt_text = read_lines_at(args.tgt, tgt_lines)
+        out_path = Path(args.output)
+        if out_path.parent and not out_path.parent.exists():
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(out_path, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
+            for s, i, j in zip(res.scores.tolist(), src_lines.tolist(), tgt_lines.tolist()):
+                out.write(f"{s:.6f}\t{src_text[i]}\t{tgt_text[j]}\n")
+        print(
+            f" - mined {len(res)} pairs ({args.mode}, {args.margin} margin, k={args.k}"
+            f"{'' if args.threshold is None else f', threshold {args.threshold}'}) from {len(x)} x {len(y)} "
+            f"sentences in {time.time() - t0:.1f}s -> {out_path}",
+            file=sys.stderr,
+        )
+    finally:
+        if tmpdir is not None:
+            tmpdir.cleanup()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m hf_laser.mining {mine,embed-shards} ...``."""
+    parser = argparse.ArgumentParser(prog="python -m hf_laser.mining", description="LASER bitext mining")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_arguments(sub.add_parser("mine", help="mine parallel sentences between two text files"))
+    embed_shards.add_arguments(
+        sub.add_parser("embed-shards", help="embed text files into shards (run once per process)")
+    )
+    args = parser.parse_args(argv)
+    if args.command == "mine":
+        return run_cli(WHO, run, args)
+    return run_cli("hf_laser.mining embed-shards", embed_shards.run, args)
