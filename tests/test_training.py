@@ -603,3 +603,14 @@ def test_real_data_smoke_run(tmp_path):
         assert all(0 <= tatoeba[model][lang]["xx2en_error"] <= 100 for lang in ("deu", "spa"))
     assert tatoeba["untrained"]["deu"] != tatoeba["trained"]["deu"]
     assert "| deu |" in report.stdout and "| es |" in report.stdout
+    # --baseline: another encoder's errors as a third column (here the untrained one again: the same figures)
+    report = subprocess.run([sys.executable, str(REPO / "training" / "report.py"), "--run", str(out), "--baseline",
+                             str(out / "untrained")], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    assert report.returncode == 0, report.stderr[-3000:]
+    tatoeba = json.loads((out / "report.json").read_text())["tatoeba"]
+    assert tatoeba["baseline"] == tatoeba["untrained"] != tatoeba["trained"]
+    assert "xx→en baseline" in report.stdout
+    bad = subprocess.run([sys.executable, str(REPO / "training" / "report.py"), "--run", str(out), "--baseline",
+                          str(tmp_path)], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    assert bad.returncode == 2 and "is not a model directory" in bad.stderr

@@ -12,7 +12,9 @@ Options: `--tatoeba-langs all` evaluates all 112 Tatoeba v1 languages (`focus`: 
 those of the run's source languages); `--bucc-dir ../shared/data/mining` adds BUCC-style mining F1 (de/fr/ru/zh-en:
 threshold optimised on the `training` split, F1 on `sample`) for both encoders; `--curve` adds a table of FLORES and
 Tatoeba (the 12 languages of `FOCUS`) errors against training minutes, one row per encoder snapshot
-(`training.snapshot_encoders`); `--plot` writes `tatoeba.png` (error per language, sorted).
+(`training.snapshot_encoders`), with the run's held-out validation error (`valid_extra_error`) where it has one;
+`--baseline DIR` adds the Tatoeba (and BUCC) errors of another encoder, e.g. the model shipped before, as a third
+column; `--plot` writes `tatoeba.png` (error per language, sorted).
 
 Writes `OUT/report.json` and `OUT/report.md`, and prints the Markdown.
 """
@@ -105,8 +107,11 @@ def curve(run: Path, rows: list[dict], tatoeba_dir: Path | None, device: str | N
     for snapshot in sorted((run / "encoders").glob("step-*")):
         state = json.loads((snapshot / "training_state.json").read_text())
         flores = flores_errors(rows, state["step"])
+        held_out = next((r["valid_extra_error"] for r in rows
+                         if r["step"] == state["step"] and "valid_extra_error" in r), None)
         point = {"step": state["step"], "minutes": state["minutes"],
-                 "flores": round(sum(flores.values()) / len(flores), 2) if flores else None}
+                 "flores": round(sum(flores.values()) / len(flores), 2) if flores else None,
+                 "held_out": None if held_out is None else round(held_out, 2)}
         if tatoeba_dir is not None:
             point["tatoeba_focus"] = focus_mean(tatoeba_errors(snapshot, FOCUS, tatoeba_dir, device))
         points.append(point)
@@ -116,7 +121,9 @@ def curve(run: Path, rows: list[dict], tatoeba_dir: Path | None, device: str | N
 
 
 def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None, *, tatoeba_langs: str = "run",
-                 bucc_dir: Path | None = None, with_curve: bool = False) -> dict:
+                 bucc_dir: Path | None = None, with_curve: bool = False, baseline: Path | None = None) -> dict:
+    if baseline is not None and not (baseline / "config.json").is_file():
+        raise FileNotFoundError(f"--baseline {baseline} is not a model directory (no config.json)")
     for name in ("final", "untrained"):
         if not (run / name / "config.json").is_file():
             raise FileNotFoundError(f"{run / name} is missing: the run has not finished, or predates "
@@ -140,12 +147,18 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None,
         report["tatoeba"] = {"languages": langs,
                              "untrained": tatoeba_errors(run / "untrained", langs, tatoeba_dir, device),
                              "trained": tatoeba_errors(run / "final", langs, tatoeba_dir, device)}
-        report["tatoeba"]["focus_mean"] = {model: focus_mean(report["tatoeba"][model])
-                                           for model in ("untrained", "trained")}
+        models = ["untrained", "trained"]
+        if baseline is not None:
+            report["baseline"] = str(baseline)
+            report["tatoeba"]["baseline"] = tatoeba_errors(baseline, langs, tatoeba_dir, device)
+            models.append("baseline")
+        report["tatoeba"]["focus_mean"] = {model: focus_mean(report["tatoeba"][model]) for model in models}
         report["tatoeba"]["useless"] = [lang for lang in langs
                                         if report["tatoeba"]["trained"][lang]["xx2en_error"] >= USELESS_ERROR]
     if bucc_dir is not None:
         report["bucc"] = {model: bucc_f1(run / model, bucc_dir, device) for model in ("untrained", "final")}
+        if baseline is not None:
+            report["bucc"]["baseline"] = bucc_f1(baseline, bucc_dir, device)
     if with_curve:
         report["curve"] = curve(run, rows, tatoeba_dir, device)
     return report
@@ -171,31 +184,34 @@ def to_markdown(report: dict) -> str:
     lines.append(f"| average | {_cell(means, 'untrained')} | {_cell(means, 'trained')} |")
     if "tatoeba" in report:
         tat = report["tatoeba"]
-        lines += ["", "Tatoeba (xx→en / en→xx):", "",
-                  "| language | xx→en untrained | xx→en trained | en→xx untrained | en→xx trained | pairs |",
-                  "|---|---|---|---|---|---|"]
+        models = ["untrained", *(["baseline"] if "baseline" in tat else []), "trained"]
+        lines += ["", "Tatoeba (xx→en / en→xx)" + (f"; baseline: `{report['baseline']}`" if "baseline" in tat else "")
+                  + ":", "",
+                  "| language | " + " | ".join(f"{d} {m}" for d in ("xx→en", "en→xx") for m in models) + " | pairs |",
+                  "|---|" + "---|" * (2 * len(models) + 1)]
         for lang in [*tat["languages"], "average"]:
-            cells = [_cell(tat[model], lang, key) for key in ("xx2en_error", "en2xx_error")
-                     for model in ("untrained", "trained")]
+            cells = [_cell(tat[model], lang, key) for key in ("xx2en_error", "en2xx_error") for model in models]
             lines.append(f"| {lang} | {' | '.join(cells)} | {tat['trained'].get(lang, {}).get('n', '')} |")
         focus = tat.get("focus_mean", {})
         if focus.get("trained") is not None:
             lines += ["", f"Mean Tatoeba error over {', '.join(FOCUS)} (both directions): "
-                          f"{focus['untrained']:.1f} % untrained → {focus['trained']:.1f} % trained."]
+                          + " → ".join(f"{focus[m]:.1f} % {m}" for m in models) + "."]
         if tat.get("useless"):
             lines += ["", f"Languages with an xx→en error of {USELESS_ERROR:.0f} % or more, for which the encoder is "
                           f"useless: {', '.join(tat['useless'])}."]
     if "bucc" in report:
         b = report["bucc"]
+        bmodels = ["untrained", *(["baseline"] if "baseline" in b else []), "final"]
         lines += ["", "BUCC-style mining F1 (%) on `mining/` (threshold from `training`, F1 on `sample`):", "",
-                  "| pair | untrained | trained |", "|---|---|---|"]
-        lines += [f"| {pair} | {b['untrained'][pair]:.1f} | {b['final'][pair]:.1f} |" for pair in b["final"]]
+                  "| pair | " + " | ".join(m.replace("final", "trained") for m in bmodels) + " |",
+                  "|---|" + "---|" * len(bmodels)]
+        lines += [f"| {pair} | " + " | ".join(f"{b[m][pair]:.1f}" for m in bmodels) + " |" for pair in b["final"]]
     if "curve" in report:
         lines += ["", "Error (%) against training time (minutes since the launch, data preparation included):", "",
-                  f"| step | minutes | FLORES mean | Tatoeba mean ({len(FOCUS)} languages, both directions) |",
-                  "|---|---|---|---|"]
-        lines += [f"| {p['step']} | {p['minutes']:.1f} | {_cell(p, 'flores')} | {_cell(p, 'tatoeba_focus')} |"
-                  for p in report["curve"]]
+                  f"| step | minutes | FLORES mean | held-out validation mean | Tatoeba mean ({len(FOCUS)} languages, "
+                  "both directions) |", "|---|---|---|---|---|"]
+        lines += [f"| {p['step']} | {p['minutes']:.1f} | {_cell(p, 'flores')} | {_cell(p, 'held_out')} | "
+                  f"{_cell(p, 'tatoeba_focus')} |" for p in report["curve"]]
     return "\n".join(lines) + "\n"
 
 
@@ -211,6 +227,8 @@ def main(argv=None) -> int:
     parser.add_argument("--bucc-dir", default=None, help="BUCC-format mining folder (e.g. ../shared/data/mining)")
     parser.add_argument("--curve", action="store_true", help="errors against minutes, one row per encoder snapshot")
     parser.add_argument("--plot", action="store_true", help="write OUT/tatoeba.png (error per language, sorted)")
+    parser.add_argument("--baseline", default=None, help="another encoder directory (e.g. the model shipped before) "
+                                                         "whose Tatoeba and BUCC errors are reported alongside")
     args = parser.parse_args(argv)
     run = Path(args.run)
     tatoeba_dir = None if args.tatoeba_dir == "none" else Path(args.tatoeba_dir)
@@ -218,7 +236,8 @@ def main(argv=None) -> int:
         parser.error(f"--tatoeba-dir {tatoeba_dir} not found (or pass --tatoeba-dir none)")
     try:
         report = build_report(run, tatoeba_dir, args.device, tatoeba_langs=args.tatoeba_langs,
-                              bucc_dir=Path(args.bucc_dir) if args.bucc_dir else None, with_curve=args.curve)
+                              bucc_dir=Path(args.bucc_dir) if args.bucc_dir else None, with_curve=args.curve,
+                              baseline=Path(args.baseline) if args.baseline else None)
     except FileNotFoundError as err:
         parser.error(str(err))
     (run / "report.json").write_text(json.dumps(report, indent=1))
