@@ -19,16 +19,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from hf_laser.encoder import batched, count_lines, read_lines
+from hf_laser.outputs import NpyFile, OutputFiles, model_identity, write_json_atomic, write_npy_atomic
 
 CACHE_VERSION = 1
 TEXT_CHUNK = 20_000
@@ -56,49 +55,19 @@ def texts_digest(texts) -> str:
     return h.hexdigest()
 
 
-_VOLATILE_KEYS = {"name_or_path", "_name_or_path", "transformers_version", "_commit_hash", "architectures",
-                  "auto_map", "dtype", "torch_dtype", "tokenizer_file"}
-
-
-def _stable_json(obj) -> bytes:
-    if isinstance(obj, dict):
-        obj = {k: v for k, v in obj.items() if k not in _VOLATILE_KEYS}
-    return json.dumps(obj, sort_keys=True, default=str).encode()
-
-
 def model_fingerprint(encoder) -> str:
-    """Hash of everything that determines an embedding: weights, config, tokenizer files / vocabulary, hf_laser
-    version. Cached on the encoder object (computed once, ~1 s for a full-size model)."""
+    """Hash of everything that determines an embedding: the encoder's identity as `hf_laser.outputs` records it for
+    every embedding file (sha256 of config + weights and of the tokenizer files / vocabulary, model dtype,
+    quantisation), the tokenizer's default language and the hf_laser version. Cached on the encoder object (the
+    hashes are computed once, ~0.2 s for a full-size model)."""
     cached = getattr(encoder, "_hf_laser_fingerprint", None)
     if cached:
         return cached
     import hf_laser
 
-    h = hashlib.sha256(f"hf_laser-embedding-cache-v{CACHE_VERSION}:{hf_laser.__version__}".encode())
-    h.update(_stable_json(encoder.model.config.to_dict()))
-    for name, tensor in sorted(encoder.model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    tokenizer = getattr(encoder, "tokenizer", None)
-    if tokenizer is not None:
-        h.update(type(tokenizer).__name__.encode())
-        with tempfile.TemporaryDirectory() as tmp:
-            tokenizer.save_pretrained(tmp)
-            for path in sorted(Path(tmp).rglob("*")):
-                if not path.is_file():
-                    continue
-                h.update(path.name.encode())
-                data = path.read_bytes()
-                if path.suffix == ".json":
-                    try:
-                        data = _stable_json(json.loads(data))
-                    except ValueError:
-                        pass
-                h.update(data)
-    elif getattr(encoder, "vocab", None) is not None:
-        h.update(_stable_json(encoder.vocab))
-    fp = h.hexdigest()[:24]
+    identity = {"cache": CACHE_VERSION, "hf_laser": hf_laser.__version__, **model_identity(encoder),
+                "default_lang": getattr(getattr(encoder, "tokenizer", None), "lang", None)}
+    fp = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
     try:
         encoder._hf_laser_fingerprint = fp
     except AttributeError:
@@ -170,9 +139,7 @@ class EmbeddingCache:
         return arr
 
     def _store_meta(self, key: str, meta: dict) -> None:
-        tmp = self.dir / f"{key}.json.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, self.dir / f"{key}.json")
+        write_json_atomic(self.dir / f"{key}.json", meta)
 
     # ------------------------------------------------------------------ texts
     def embed_texts(self, texts: Sequence[str], lang: str, *, pretokenized: bool = False,
@@ -191,30 +158,33 @@ class EmbeddingCache:
             return self._encode_chunks(texts, lang, pretokenized, None, desc)
         self.dir.mkdir(parents=True, exist_ok=True)
         partial = self.dir / f"{key}.partial{os.getpid()}.npy"
-        out = self._encode_chunks(texts, lang, pretokenized, partial, desc)
-        del out
+        self._encode_chunks(texts, lang, pretokenized, partial, desc)
         os.replace(partial, self.dir / f"{key}.npy")
-        # the cache's own metadata (keyed on content, model and options) replaces encode_file's manifest
-        partial.with_name(partial.name + ".manifest.json").unlink(missing_ok=True)
         self._store_meta(key, {"source": name, "lang": lang, "kind": kind, "n": len(texts),
                                "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
         return np.load(self.dir / f"{key}.npy", mmap_mode="r")
 
-    def _encode_chunks(self, texts, lang, pretokenized, path, desc) -> np.ndarray:
+    def _encode_chunks(self, texts, lang, pretokenized, path, desc) -> np.ndarray | None:
+        """The embeddings of `texts`, chunk by chunk: in memory (`path` None), or written into the `.npy` file
+        `path` (`hf_laser.outputs.NpyFile`; returns None)."""
         shape = (len(texts), self.encoder.dim)
-        out = (np.lib.format.open_memmap(path, mode="w+", dtype=self.dtype, shape=shape) if path is not None
-               else np.empty(shape, dtype=self.dtype))
+        out = NpyFile(path, shape, self.dtype) if path is not None else np.empty(shape, dtype=self.dtype)
         done = 0
-        with tqdm(total=len(texts), desc=desc, unit="sent", disable=not self.show_progress, leave=False) as bar:
-            for chunk in batched(texts, TEXT_CHUNK):
-                emb = self.encoder.encode(chunk, lang, pretokenized=pretokenized, show_progress_bar=False,
-                                          **self.encode_kwargs)
-                out[done:done + len(chunk)] = emb
-                done += len(chunk)
-                bar.update(len(chunk))
-        if path is not None:
-            out.flush()
-        return out
+        try:
+            with tqdm(total=len(texts), desc=desc, unit="sent", disable=not self.show_progress, leave=False) as bar:
+                for chunk in batched(texts, TEXT_CHUNK):
+                    emb = self.encoder.encode(chunk, lang, pretokenized=pretokenized, show_progress_bar=False,
+                                              **self.encode_kwargs)
+                    if path is not None:
+                        out.write_rows(done, emb)
+                    else:
+                        out[done:done + len(chunk)] = emb
+                    done += len(chunk)
+                    bar.update(len(chunk))
+        finally:
+            if path is not None:
+                out.close()
+        return None if path is not None else out
 
     # ------------------------------------------------------------------ files
     def embed_file(self, path: str | os.PathLike, lang: str, *, pretokenized: bool = False) -> np.ndarray:
@@ -243,7 +213,7 @@ class EmbeddingCache:
         del out
         os.replace(partial, self.dir / f"{key}.npy")
         # the cache's own metadata (keyed on content, model and options) replaces encode_file's manifest
-        partial.with_name(partial.name + ".manifest.json").unlink(missing_ok=True)
+        OutputFiles(partial).manifest.unlink(missing_ok=True)
         self._store_meta(key, {"source": str(path), "lang": lang, "kind": kind, "n": n,
                                "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
         return np.load(self.dir / f"{key}.npy", mmap_mode="r")
@@ -290,9 +260,7 @@ class EmbeddingCache:
         if not self.enabled:
             return out
         self.dir.mkdir(parents=True, exist_ok=True)
-        partial = self.dir / f"{key}.partial{os.getpid()}.npy"
-        np.save(partial, out)
-        os.replace(partial, self.dir / f"{key}.npy")
+        write_npy_atomic(self.dir / f"{key}.npy", out)
         self._store_meta(key, {"source": name, "lang": lang, "kind": kind, "n": len(docs), "sentences": len(pieces),
                                "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
         return np.load(self.dir / f"{key}.npy", mmap_mode="r")

@@ -19,6 +19,7 @@ import torch
 from conftest import REPO, SHARED, read_lines, require_shared
 
 import hf_laser.encoder as E
+import hf_laser.outputs as O
 from hf_laser import mining as M
 from hf_laser.cli import main as cli_main
 from hf_laser.commands.mine import main as mining_main
@@ -55,7 +56,7 @@ def fresh(encoder, src, tmp_path, name="fresh.npy", **kw) -> np.ndarray:
 def crash_after(monkeypatch, chunks: int, exc: BaseException):
     """Makes the row writes fail after `chunks` chunks were written (the state a crash or a full disk leaves)."""
     calls = {"n": 0}
-    real = E._write_at
+    real = O._write_at
 
     def write_at(fd, offset, data):
         calls["n"] += 1
@@ -63,7 +64,7 @@ def crash_after(monkeypatch, chunks: int, exc: BaseException):
             raise exc
         real(fd, offset, data)
 
-    monkeypatch.setattr(E, "_write_at", write_at)
+    monkeypatch.setattr(O, "_write_at", write_at)
     return calls
 
 
@@ -110,7 +111,7 @@ def test_complete_output_recomputed_when_anything_changed(encoder, texts, tmp_pa
     check("model (sha256)", other.encode(read_lines(fr), lang="fr"), enc=other)
     encoder.encode_file(fr, out, lang="fr")
     capsys.readouterr()
-    monkeypatch.setattr(E, "_package_version", lambda: "9.9.9")
+    monkeypatch.setattr(O, "_package_version", lambda: "9.9.9")
     check('hf-laser version "0.1.0" -> "9.9.9"', encoder.encode(read_lines(fr), lang="fr"))
 
 

@@ -5,12 +5,13 @@ Example::
     from hf_laser import LaserEncoder
     encoder = LaserEncoder.from_pretrained()          # the shipped default model (laser-mini), or a directory / Hub id
     embeddings = encoder.encode(["Hello world.", "Bonjour le monde."], lang=["en", "fr"])   # (2, 1024) float32
+
+Also the batching (`plan_batches`) and the text reading (`read_lines`, `count_lines`) it uses. `encode_file` writes
+through `hf_laser.outputs` (partial file, progress, manifest, identity).
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import json
 import os
 import sys
@@ -27,15 +28,16 @@ from tqdm.auto import tqdm
 
 from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError, one_line, run_cli  # noqa: F401 (re-exported)
-from .langid import CHECK_SAMPLE, detector_version, is_auto, warn_at_caller
+from .langid import CHECK_SAMPLE, warn_at_caller
 from .modeling_laser import LaserModel
+from .outputs import (MANIFEST_FORMAT, OutputFiles, embedding_identity, identity_changes,  # noqa: F401 (re-exported)
+                      model_sha256, scan_input, tokenizer_sha256, write_json_atomic)
 from .models import check_model_dir, looks_local, resolve_model  # noqa: F401 (re-exported)
 from .tokenization_laser import LaserInputError, LaserTokenizer, _check_lang, _check_lines_arg
 from .tokenization_laser import read_lines as tokenizer_read_lines
 
 PROGRESS_BAR_MIN_SENTENCES = 10_000  # `encode`'s default progress-bar threshold
 PROGRESS_BAR_DELAY_S = 2.0  # `encode_file`'s bar appears only for runs longer than this
-MANIFEST_FORMAT = "hf-laser-embeddings/1"
 
 
 def plan_batches(lengths: Sequence[int], max_tokens: int | None = DEFAULT_MAX_TOKENS,
@@ -83,12 +85,7 @@ def read_lines(path: str | os.PathLike, start: int = 0) -> Iterator[str]:
 
 def count_lines(path: str | os.PathLike) -> int:
     """Number of lines as [`read_lines`] yields them (a last line without newline counts)."""
-    count, last = 0, b"\n"
-    with open(path, "rb") as f:
-        while block := f.read(1 << 24):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
+    return scan_input(path, sha256=False)["lines"]
 
 
 def _sentence_list(sentences) -> Sequence:
@@ -100,6 +97,10 @@ def _sentence_list(sentences) -> Sequence:
     return sentences if isinstance(sentences, Sequence) else list(sentences)
 
 
+def _say(message: str) -> None:
+    print(f"hf_laser: {message}", file=sys.stderr)
+
+
 def batched(items: Iterable, size: int) -> Iterator[list]:
     chunk = []
     for item in items:
@@ -109,272 +110,6 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
             chunk = []
     if chunk:
         yield chunk
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# What an embedding file was computed from (its manifest), and writing it safely
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def scan_input(path: str | os.PathLike) -> dict:
-    """One pass over a text file: `{"path", "size", "mtime_ns", "lines", "sha256"}`, `lines` counted as
-    [`count_lines`] does and `sha256` over the file's bytes."""
-    path = Path(path)
-    digest, count, last = hashlib.sha256(), 0, b"\n"
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        while block := f.read(1 << 24):
-            digest.update(block)
-            count += block.count(b"\n")
-            last = block[-1:]
-    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "lines": count + (last != b"\n"), "sha256": digest.hexdigest()}
-
-
-def _package_version() -> str:
-    from . import __version__
-
-    return __version__
-
-
-_CONFIG_METADATA = {"architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "use_cache"}
-
-
-def model_sha256(model: torch.nn.Module) -> str:
-    """sha256 of a model's config (without metadata such as its path) and of every tensor of its state dict
-    (name, dtype, shape, bytes). A full hash: ~0.2 s for the 93-language LASER's weights."""
-    digest = hashlib.sha256()
-    config = getattr(model, "config", None)
-    if config is not None:
-        cfg = {k: v for k, v in config.to_dict().items() if not k.startswith("_") and k not in _CONFIG_METADATA}
-        digest.update(json.dumps(cfg, sort_keys=True, default=str).encode())
-    state = model.state_dict()
-    for name in sorted(state):
-        value = state[name]
-        if not isinstance(value, torch.Tensor):
-            digest.update(f"{name}|{type(value).__qualname__}".encode())
-            continue
-        t = value.detach()
-        if t.is_quantized:
-            t = t.int_repr()
-        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
-        if t.device.type == "meta" or not t.numel():
-            continue
-        t = t.cpu().contiguous().reshape(-1)
-        digest.update((t if t.dtype in (torch.uint8, torch.int8, torch.bool) else t.view(torch.uint8)).numpy().data)
-    return digest.hexdigest()
-
-
-def tokenizer_sha256(tokenizer, vocab: dict | None) -> str | None:
-    """sha256 of what turns text into ids: the vocabulary and the subword files (BPE codes / SentencePiece model)
-    of a `LaserTokenizer`, or the vocabulary alone for a dictionary-only model. None when there is neither."""
-    if tokenizer is None and vocab is None:
-        return None
-    digest = hashlib.sha256()
-    if tokenizer is not None:
-        vocab = tokenizer.get_vocab()
-        digest.update(f"{type(tokenizer).__qualname__}|{getattr(tokenizer, 'mode', None)}|"
-                      f"{getattr(tokenizer, 'laser2_punct_lang', None)}".encode())
-        for key, content in sorted((getattr(tokenizer, "_files", None) or {}).items()):
-            digest.update(key.encode() + b"|" + hashlib.sha256(content).digest())
-    digest.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
-
-
-def embedding_identity(encoder, input_info: dict, *, lang, pretokenized: bool = False, fp16: bool = False,
-                       normalize: bool = False, max_tokens: int | None = DEFAULT_MAX_TOKENS,
-                       batch_size: int | None = None, chunk_lines: int = DEFAULT_CHUNK_LINES,
-                       max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS) -> dict:
-    """Everything that determines the embeddings of a file (compared before resuming or reusing them): the input's
-    content (sha256, size, lines), language (None for pre-tokenized input), model and tokenizer (hashes, dtype,
-    quantisation), the output options, the batching (which decides float round-off), the sentence-length limit when
-    it is not the default, and the hf-laser version. The input's path and mtime and the device are not part of it
-    (recorded in the manifest for information only)."""
-    model_id = getattr(encoder, "model_identity", None)
-    model_id = model_id() if callable(model_id) else {
-        "model": f"{type(encoder).__module__}.{type(encoder).__qualname__}", "tokenizer": None,
-        "model_dtype": None, "quantize": None}
-    return {
-        "hf_laser": _package_version(),
-        "input_sha256": input_info["sha256"], "input_size": input_info["size"], "lines": input_info["lines"],
-        # pre-tokenized input does not go through the language-specific preprocessing; "auto" depends on the detector
-        "lang": None if pretokenized else _lang_identity(lang) if isinstance(lang, str) or lang is None
-        else [_lang_identity(x) for x in lang],
-        "pretokenized": bool(pretokenized),
-        **model_id,
-        "output_dtype": "float16" if fp16 else "float32", "normalize": bool(normalize),
-        "max_tokens": max_tokens, "batch_size": batch_size, "chunk_lines": chunk_lines,
-        # Only a non-default limit is recorded, so that outputs written before the limit existed stay valid: they
-        # can differ only on a sentence over the limit, which those versions embedded whole (or died on).
-        **({} if max_sentence_tokens == DEFAULT_MAX_SENTENCE_TOKENS else {"max_sentence_tokens": max_sentence_tokens}),
-    }
-
-
-def _lang_identity(lang: str | None) -> str | None:
-    """The language as recorded in an embedding identity: `"auto"` with the detector's name and version."""
-    return f"auto ({detector_version()})" if is_auto(lang) else lang
-
-
-_IDENTITY_LABELS = {
-    "hf_laser": "hf-laser version", "input_sha256": "input content (sha256)", "input_size": "input size",
-    "lines": "input lines", "lang": "language", "pretokenized": "pretokenized", "model": "model (sha256)",
-    "tokenizer": "tokenizer (sha256)", "model_dtype": "model dtype", "quantize": "quantisation",
-    "output_dtype": "output dtype", "normalize": "normalize", "max_tokens": "max_tokens",
-    "batch_size": "batch_size", "chunk_lines": "chunk_lines", "max_sentence_tokens": "max_sentence_tokens",
-}
-
-
-def identity_changes(old: dict, new: dict) -> list[str]:
-    """What differs between two [`embedding_identity`] dicts, as `"language fr -> de"` items (empty: the same)."""
-    def show(v):
-        return f"{v[:12]}…" if isinstance(v, str) and len(v) == 64 else json.dumps(v)
-
-    new = json.loads(json.dumps(new))
-    return [f"{_IDENTITY_LABELS.get(k, k)} {show(old.get(k))} -> {show(new.get(k))}"
-            for k in list(new) + [k for k in old if k not in new] if old.get(k) != new.get(k)]
-
-
-def _say(message: str) -> None:
-    print(f"hf_laser: {message}", file=sys.stderr)
-
-
-def _read_json(path: Path):
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    """Writes JSON to a temporary file next to `path`, then renames it: `path` is always whole."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _npy_header(path: Path) -> tuple[tuple, np.dtype, int]:
-    """`(shape, dtype, header_length)` of a C-order `.npy` file; ValueError when it is not one."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-        if read is None:
-            raise ValueError(f"unsupported .npy version {version}")
-        shape, fortran, dtype = read(f)
-        if fortran:
-            raise ValueError("Fortran-order array")
-        return tuple(shape), np.dtype(dtype), f.tell()
-
-
-def _preallocate(fd: int, offset: int, length: int) -> None:
-    """Reserves the disk blocks of `[offset, offset + length)`, so that a full disk fails here (ENOSPC), not later.
-    Where the file system cannot (no `posix_fallocate`), the file is extended sparse and writes report ENOSPC."""
-    if length <= 0:
-        return
-    fallocate = getattr(os, "posix_fallocate", None)
-    if fallocate is not None:
-        try:
-            fallocate(fd, offset, length)
-            return
-        except OSError as err:
-            if err.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, getattr(errno, "ENOTSUP", -1)):
-                raise
-    if os.fstat(fd).st_size < offset + length:
-        os.ftruncate(fd, offset + length)
-
-
-def _write_at(fd: int, offset: int, data) -> None:
-    """Plain positioned writes (no memory map: a full disk raises ENOSPC here instead of killing with SIGBUS)."""
-    view = memoryview(data).cast("B")
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
-
-
-class _OutputFiles:
-    """The files of one `encode_file` output `OUT`: `OUT` (complete), `OUT.manifest.json` (what `OUT` was computed
-    from), `OUT.partial` + `OUT.partial.json` (a run in progress and how far it got), and `OUT.progress.json`
-    (an interrupted run of hf-laser <= 0.1.0, which wrote `OUT` in place)."""
-
-    def __init__(self, output: Path):
-        self.output = output
-        self.manifest = output.with_name(output.name + ".manifest.json")
-        self.partial = output.with_name(output.name + ".partial")
-        self.progress = output.with_name(output.name + ".partial.json")
-        self.legacy_progress = output.with_name(output.name + ".progress.json")
-
-    def complete_status(self, identity: dict, shape: tuple, dtype: np.dtype) -> str | None:
-        """None when `OUT` is complete and was computed from `identity`; otherwise why it cannot be used ("" when
-        there is no `OUT`). Raises when `OUT` exists but is no `.npy` file (never overwritten without asking)."""
-        if not self.output.exists():
-            return ""
-        try:
-            out_shape, out_dtype, _ = _npy_header(self.output)
-        except (ValueError, OSError, EOFError) as err:
-            raise UsageError(f"{self.output} exists and is not a .npy file of embeddings ({err}); "
-                             "remove it, or pass --overwrite / resume=False to replace it") from None
-        if not self.manifest.exists():
-            if self.legacy_progress.exists():
-                return "it holds an interrupted run of an older hf-laser (no manifest), which cannot be checked"
-            return "it has no manifest (written by an older hf-laser or another program), so what it holds " \
-                   "cannot be checked"
-        try:
-            manifest = _read_json(self.manifest)
-            old, recorded = manifest["identity"], manifest["output"]
-        except (ValueError, KeyError, TypeError, OSError) as err:
-            return f"its manifest {self.manifest.name} is unreadable ({type(err).__name__})"
-        if manifest.get("format") != MANIFEST_FORMAT:
-            return f"its manifest has format {manifest.get('format')!r}, this hf-laser writes {MANIFEST_FORMAT!r}"
-        st = self.output.stat()
-        if (st.st_size, st.st_mtime_ns) != (recorded.get("size"), recorded.get("mtime_ns")):
-            return "it was modified or replaced after its manifest was written (size/mtime differ)"
-        if changes := identity_changes(old, identity):
-            return "it was computed from something else: " + "; ".join(changes)
-        if out_shape != shape or out_dtype != dtype:
-            return f"it holds {out_shape} {out_dtype}, expected {shape} {dtype}"
-        return None
-
-    def resumable_lines(self, identity: dict, shape: tuple, dtype: np.dtype, say) -> int | None:
-        """Lines already done by an interrupted run of the same computation; None (and the reason said) when there
-        is none to resume or it cannot be trusted."""
-        if not self.partial.exists() and not self.progress.exists():
-            return None
-        why = None
-        if not self.progress.exists():
-            why = f"{self.partial.name} has no progress record (a run killed before its first chunk was saved)"
-        elif not self.partial.exists():
-            why = f"{self.progress.name} has no {self.partial.name} to go with it"
-        else:
-            try:
-                state = _read_json(self.progress)
-                if not isinstance(state, dict) or state.get("format") != MANIFEST_FORMAT:
-                    fmt = state.get("format") if isinstance(state, dict) else None
-                    why = f"its progress record has format {fmt!r}, not {MANIFEST_FORMAT!r} (another hf-laser version)"
-                else:
-                    old, done = state["identity"], state["lines_done"]
-            except (ValueError, KeyError, TypeError, OSError) as err:
-                why = f"its progress record {self.progress.name} is unreadable ({type(err).__name__})"
-            if why is None and (changes := identity_changes(old, identity)):
-                why = "it was computing something else: " + "; ".join(changes)
-            if why is None and (not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= shape[0]):
-                why = f"its progress record claims {done!r} lines done, the input has {shape[0]}"
-            if why is None:
-                try:
-                    p_shape, p_dtype, header = _npy_header(self.partial)
-                    if (p_shape, p_dtype) != (shape, dtype):
-                        why = f"{self.partial.name} holds {p_shape} {p_dtype}, expected {shape} {dtype}"
-                    elif self.partial.stat().st_size < header + done * shape[1] * dtype.itemsize:
-                        why = f"{self.partial.name} is truncated"
-                except (ValueError, OSError, EOFError) as err:
-                    why = f"{self.partial.name} is not a valid .npy file ({err})"
-            if why is None:
-                return done
-        say(f"not resuming the interrupted run for {self.output} ({why}): starting over")
-        self.discard_partial()
-        return None
-
-    def discard_partial(self) -> None:
-        self.progress.unlink(missing_ok=True)
-        self.partial.unlink(missing_ok=True)
 
 
 class LaserEncoder:
@@ -686,7 +421,7 @@ class LaserEncoder:
         identity = embedding_identity(self, info, lang=lang, pretokenized=pretokenized, fp16=fp16,
                                       normalize=normalize_embeddings, max_tokens=max_tokens, batch_size=batch_size,
                                       chunk_lines=chunk_lines, max_sentence_tokens=max_sentence_tokens)
-        files = _OutputFiles(output_path)
+        files = OutputFiles(output_path)
         stats = {"lines": n, "computed": 0, "resumed_at": 0, "reused": False, "seconds": 0.0}
         done = None
         if resume:
@@ -703,37 +438,9 @@ class LaserEncoder:
                 say(f"resuming {output_path} at line {done:,} of {n:,}")
         elif output_path.exists() or files.partial.exists():
             say(f"recomputing {output_path} from scratch ({fresh_reason})")
-        if done is None:
-            files.discard_partial()
-            output_path.parent.mkdir(parents=True, exist_ok=True)
-        row_bytes = dim * dtype.itemsize
-        disk_error = partial(_disk_error, files=files, n=n)
-        fd = None
+        writer = files.start(identity, info, shape, dtype, done)
         try:
-            if done is None:
-                try:
-                    with open(files.partial, "wb") as f:  # the header of `np.save`, then the rows at their offsets
-                        np.lib.format.write_array_header_1_0(
-                            f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
-                        header = f.tell()
-                except OSError as err:
-                    files.partial.unlink(missing_ok=True)
-                    raise disk_error(err, "creating", 0) from err
-            else:
-                header = _npy_header(files.partial)[2]
-            fd = os.open(files.partial, os.O_RDWR)
-            try:
-                _preallocate(fd, header, n * row_bytes)
-            except OSError as err:
-                if done is None:
-                    os.close(fd)
-                    fd = None
-                    files.partial.unlink(missing_ok=True)
-                raise disk_error(err, f"reserving {n * row_bytes / 1e6:,.1f} MB for", done or 0) from err
-            if done is None:
-                done = 0
-                self._save_progress(files, identity, info, 0, disk_error)
-            stats["resumed_at"] = done
+            done = stats["resumed_at"] = writer.done
             if show_progress_bar is None:
                 show_progress_bar = sys.stderr.isatty()
             chunks = batched(read_lines(input_path, start=done), chunk_lines)
@@ -758,56 +465,22 @@ class LaserEncoder:
                     emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
                                           show_progress_bar=False, progress=bar.update,
                                           max_sentence_tokens=max_sentence_tokens,
-                                          on_truncated=partial(report_truncated, first_line=done + 1))
+                                          on_truncated=partial(report_truncated, first_line=writer.done + 1))
                     if normalize_embeddings:
                         emb = torch.nn.functional.normalize(emb, dim=-1)
-                    rows = np.ascontiguousarray(emb.numpy().astype(dtype, copy=False))
-                    try:
-                        _write_at(fd, header + done * row_bytes, rows)
-                        os.fsync(fd)  # the rows are on disk before the progress record says so
-                    except OSError as err:
-                        raise disk_error(err, "writing", done) from err
-                    done += len(ids)
-                    self._save_progress(files, identity, info, done, disk_error)
-                    bar.update(done - bar.n)  # the batches counted distinct sentences; repeated lines come here
-            os.close(fd)
-            fd = None
+                    writer.append(emb.numpy())
+                    bar.update(writer.done - bar.n)  # the batches counted distinct sentences; repeated lines come here
+            writer.close()
             st = input_path.stat()
             if (st.st_size, st.st_mtime_ns) != (info["size"], info["mtime_ns"]):
                 files.discard_partial()
                 raise ValueError(f"{input_path} changed while it was being embedded; run again once it is final")
-            # OUT becomes complete only by the rename; its manifest follows (a kill in between leaves an OUT without
-            # manifest, which the next run recomputes).
-            files.manifest.unlink(missing_ok=True)
-            os.replace(files.partial, output_path)
-            st = output_path.stat()
             seconds = time.perf_counter() - t0
-            try:
-                write_json_atomic(files.manifest, {
-                    "format": MANIFEST_FORMAT, "identity": identity,
-                    "output": {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "shape": list(shape),
-                               "dtype": dtype.name},
-                    "input": {"path": info["path"], "mtime_ns": info["mtime_ns"]},
-                    "device": str(self.device), "seconds": round(seconds, 3), "resumed_at": stats["resumed_at"],
-                    "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                })
-            except OSError as err:
-                raise disk_error(err, "writing the manifest of", n) from err
-            files.progress.unlink(missing_ok=True)
-            files.legacy_progress.unlink(missing_ok=True)
+            writer.commit(device=str(self.device), seconds=round(seconds, 3), resumed_at=stats["resumed_at"])
         finally:
-            if fd is not None:
-                os.close(fd)
+            writer.close()
         stats.update(computed=n - stats["resumed_at"], seconds=seconds)
         return np.load(output_path, mmap_mode="r"), stats
-
-    @staticmethod
-    def _save_progress(files: _OutputFiles, identity: dict, info: dict, done: int, error) -> None:
-        try:
-            write_json_atomic(files.progress, {"format": MANIFEST_FORMAT, "lines_done": done, "identity": identity,
-                                               "input": {"path": info["path"], "mtime_ns": info["mtime_ns"]}})
-        except OSError as err:
-            raise error(err, "saving the progress of", done) from err
 
 
 def _raise_non_integer(unique: list[tuple], inverse: np.ndarray) -> None:
@@ -827,12 +500,3 @@ def truncation_message(items: list[str], limit: int) -> str:
             f"embedded as {'their' if len(items) > 1 else 'its'} first {limit - 1:,} tokens + </s>: {shown} "
             "(to embed them whole, raise max_sentence_tokens or set it to None; on the command line "
             "--max-sentence-tokens N, 0 for no limit)")
-
-
-def _disk_error(err: OSError, doing: str, done: int, *, files: _OutputFiles, n: int) -> OSError:
-    """A full disk / I/O error as an [`EmbeddingWriteError`] saying what was kept; other errors unchanged."""
-    if err.errno not in DISK_ERRNOS:
-        return err
-    return EmbeddingWriteError(err.errno, (
-        f"{os.strerror(err.errno)} while {doing} {files.partial} ({done:,} of {n:,} lines saved); "
-        "free some space and run the same command again: it resumes from there"))

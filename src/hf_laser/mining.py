@@ -73,8 +73,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .encoder import (DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, count_lines, embedding_identity,
-                      identity_changes, read_lines, scan_input, write_json_atomic)
+from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS
+from .encoder import count_lines, read_lines
+from .outputs import embedding_identity, identity_changes, read_json, scan_input, write_json_atomic, write_npy_atomic
 
 __all__ = [
     "MARGINS",
@@ -1042,9 +1043,6 @@ def _manifest_path(embed_dir: Path, key: str) -> Path:
     return embed_dir / f"{key}.shards.json"
 
 
-_write_json_atomic = write_json_atomic
-
-
 class StaleEmbeddingsError(ValueError):
     """Embedding shards that were computed from something else than what is asked now (message: what changed)."""
 
@@ -1144,17 +1142,17 @@ def embed_shards(
             del emb
         else:  # more shards than lines
             dim = int(encoder.dim)
-            np.save(npy, np.zeros((0, dim), dtype=np.float16 if fp16 else np.float32))
+            write_npy_atomic(npy, np.zeros((0, dim), dtype=np.float16 if fp16 else np.float32))
             rows = 0
         if rows != b - a:
             raise RuntimeError(f"shard {npy} has {rows} rows but {b - a} lines were embedded")
-        _write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name, "tag": tag})
+        write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name, "tag": tag})
     return _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag)
 
 
 def _done_tag(done: Path) -> str | None:
     try:
-        return json.loads(done.read_text(encoding="utf-8")).get("tag")
+        return read_json(done).get("tag")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -1166,9 +1164,9 @@ def _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, ident
         done = embed_dir / f"{name}.done.json"
         if _done_tag(done) != tag:
             return None
-        info = json.loads(done.read_text(encoding="utf-8"))
+        info = read_json(done)
         shards.append({"file": info["file"], "start": a, "end": b, "dim": info["dim"]})
-    _write_json_atomic(
+    write_json_atomic(
         manifest,
         {"source": str(Path(input_path).resolve()), "lang": lang, "num_lines": n, "num_shards": len(names),
          "dim": shards[0]["dim"], "shards": shards, "identity": identity, "tag": tag},
@@ -1191,7 +1189,7 @@ def load_embedding_shards(
     if not manifest.exists():
         return None
     try:
-        info = json.loads(manifest.read_text(encoding="utf-8"))
+        info = read_json(manifest)
         old = info["identity"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StaleEmbeddingsError(f"stale embedding shards: {manifest} is unreadable or from an older hf-laser "
