@@ -176,3 +176,13 @@ def test_extra_validation_selects_the_best_step_by_the_mean(tmp_path):
     state = json.loads((out / "best" / "training_state.json").read_text())
     assert state == {"step": best["step"], "valid_mean": pytest.approx(best["valid_mean"])}
     assert f"best validation error {best['valid_mean']:.2f}% (valid_mean) at step {best['step']}" in (out / "final" / "README.md").read_text()
+
+
+def test_model_card_finds_the_tatoeba_split_the_run_trained_on(tmp_path, tatoeba_folder):
+    from training.export_default_model import tatoeba_split
+
+    src, *_ = tatoeba_folder
+    result = split(src, tmp_path / "split", per_lang=50, min_pairs=100, seed=3)
+    cfg = {"data": {"corpora": ["../shared/data/parallel/train/ntrex128", {"path": str(tmp_path / "split" / "train")}]}}
+    assert tatoeba_split(cfg) == json.loads(json.dumps(result))
+    assert tatoeba_split({"data": {"corpora": [str(src)]}}) is None  # the raw corpus: no split record
