@@ -1,0 +1,156 @@
+"""k-nearest-neighbour search by cosine: per-shard faiss indexes, query batches, top-k lists merged, approximate
+neighbours re-scored exactly."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from .embeddings import Embeddings, as_embeddings, l2_normalize
+from .index import _is_exact, _resolve_device, build_index
+
+def _tqdm_disable(show: bool | None):
+    return None if show is None else (not show)
+
+
+def merge_topk(
+    sims_a: np.ndarray, inds_a: np.ndarray, sims_b: np.ndarray, inds_b: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Merge two top-k lists per row into one.
+
+    Args:
+        sims_a, inds_a: ``[n, ka]`` similarities (descending per row) and global row ids (``-1`` = missing).
+        sims_b, inds_b: ``[n, kb]`` likewise.
+        k: number of neighbours to keep.
+
+    Returns:
+        ``(sims [n, k], inds [n, k])`` sorted by decreasing similarity; ties keep ``a`` before ``b``. Missing entries
+        have similarity ``-inf`` and index ``-1``.
+    """
+    sims = np.concatenate([sims_a, sims_b], axis=1)
+    inds = np.concatenate([inds_a, inds_b], axis=1)
+    sims = np.where(inds < 0, -np.inf, sims).astype(np.float32)
+    order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(sims, order, axis=1), np.take_along_axis(inds, order, axis=1)
+
+
+def knn_search(
+    queries,
+    database,
+    k: int,
+    *,
+    index: str = "flat",
+    device: str | None = None,
+    query_batch_size: int | None = None,
+    shard_size: int | None = None,
+    nlist: int | None = None,
+    nprobe: int | None = None,
+    pq_m: int | None = None,
+    train_size: int | None = None,
+    refine: bool | None = None,
+    gpu_fp16: bool = False,
+    normalize: bool = True,
+    show_progress: bool | None = None,
+    desc: str = "kNN",
+    stats: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """k nearest neighbours by cosine similarity of every query among the database vectors.
+
+    The database is split into consecutive shards of ``shard_size`` rows (default: one shard); one index is built per
+    shard, every query batch (``query_batch_size`` rows) is searched in it, and the per-shard top-k lists are merged
+    (:func:`merge_topk`). Memory: one index + one query batch + the ``[Nq, k]`` result.
+
+    With an approximate index (anything but ``"flat"``), the similarities of the returned neighbours are recomputed
+    exactly from the stored vectors (``refine=True`` by default), so the margin uses true cosines.
+
+    Args:
+        queries: ``[Nq, d]`` array, ``.npy`` path, list of shards or :class:`Embeddings`.
+        database: ``[Nd, d]`` likewise.
+        k: neighbours per query, ``1 <= k <= Nd``.
+        index: ``"flat"`` (exact), ``"ivf"``, ``"ivfpq"`` or a faiss factory string; see :func:`index_factory_string`.
+        device: ``None``/``"auto"`` (GPU when faiss sees one), ``"cpu"`` or ``"cuda"``.
+        stats: if a dict is given, ``build_s`` (index training + adding) and ``search_s`` (search + refinement +
+            merge) wall times in seconds are accumulated into it.
+
+    Returns:
+        ``(sims, inds)``: float32 ``[Nq, k]`` cosines sorted in decreasing order and int64 ``[Nq, k]`` database rows.
+        Rows for which an approximate index found fewer than ``k`` neighbours are padded with ``-inf`` / ``-1``.
+    """
+    q = as_embeddings(queries)
+    db = as_embeddings(database)
+    if len(q) == 0:
+        raise ValueError("the query embeddings are empty (0 rows)")
+    if len(db) == 0:
+        raise ValueError("the database embeddings are empty (0 rows)")
+    if q.dim != db.dim:
+        raise ValueError(f"dimension mismatch: queries have {q.dim} dimensions, database has {db.dim}")
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if k > len(db):
+        raise ValueError(f"k={k} is larger than the corpus searched ({len(db)} vectors); use a smaller k")
+    dev = _resolve_device(device)
+    if query_batch_size is None:
+        query_batch_size = 131072 if dev == "gpu" else 8192
+    shard_size = len(db) if not shard_size else int(shard_size)
+    nq = len(q)
+    out_sims = np.full((nq, k), -np.inf, dtype=np.float32)
+    out_inds = np.full((nq, k), -1, dtype=np.int64)
+    shards = [(a, min(a + shard_size, len(db))) for a in range(0, len(db), shard_size)]
+
+    from tqdm.auto import tqdm  # noqa: PLC0415
+
+    n_batches = math.ceil(nq / query_batch_size)
+    with tqdm(total=len(shards) * n_batches, desc=desc, unit="batch", disable=_tqdm_disable(show_progress)) as bar:
+        for a, b in shards:
+            t_build = time.perf_counter()
+            idx, factory = build_index(
+                db, index, start=a, stop=b, device=dev, nlist=nlist, nprobe=nprobe, pq_m=pq_m,
+                train_size=train_size, gpu_fp16=gpu_fp16, normalize=normalize,
+            )
+            do_refine = (not _is_exact(factory)) if refine is None else bool(refine)
+            t_search = time.perf_counter()
+            if stats is not None:
+                stats["build_s"] = stats.get("build_s", 0.0) + (t_search - t_build)
+            kk = min(k, b - a)
+            for qa, qblock in q.iter_blocks(query_batch_size):
+                qn = l2_normalize(qblock, copy=False) if normalize else np.ascontiguousarray(qblock, dtype=np.float32)
+                sims, inds = idx.search(qn, kk)
+                inds = inds.astype(np.int64, copy=False)
+                valid = inds >= 0
+                inds = np.where(valid, inds + a, -1)
+                if do_refine:
+                    sims = _exact_sims(qn, db, inds, normalize)
+                    order = np.argsort(-sims, axis=1, kind="stable")
+                    sims = np.take_along_axis(sims, order, axis=1)
+                    inds = np.take_along_axis(inds, order, axis=1)
+                sims = np.where(inds < 0, -np.inf, sims).astype(np.float32)
+                qb = qa + qn.shape[0]
+                if len(shards) == 1:
+                    out_sims[qa:qb, :kk], out_inds[qa:qb, :kk] = sims, inds
+                else:
+                    out_sims[qa:qb], out_inds[qa:qb] = merge_topk(out_sims[qa:qb], out_inds[qa:qb], sims, inds, k)
+                bar.update(1)
+            if stats is not None:
+                stats["search_s"] = stats.get("search_s", 0.0) + (time.perf_counter() - t_search)
+            del idx
+    return out_sims, out_inds
+
+
+def _exact_sims(qn: np.ndarray, db: Embeddings, inds: np.ndarray, normalize: bool, chunk: int = 4096) -> np.ndarray:
+    """Exact cosines ``[n, k]`` between normalised queries ``qn [n, d]`` and database rows ``inds [n, k]``."""
+    n, k = inds.shape
+    out = np.full((n, k), -np.inf, dtype=np.float32)
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        ind = inds[a:b]
+        valid = ind >= 0
+        vec = db.take(np.where(valid, ind, 0).reshape(-1))
+        if normalize:
+            vec = l2_normalize(vec, copy=False)
+        vec = vec.reshape(b - a, k, -1)
+        s = np.einsum("nd,nkd->nk", qn[a:b], vec, dtype=np.float32)
+        out[a:b] = np.where(valid, s, -np.inf)
+    return out

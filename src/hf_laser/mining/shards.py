@@ -1,0 +1,208 @@
+"""Embeddings of a text file in `.npy` shards, one process per rank (multi-GPU / nodes), and reading them back as
+one matrix; every shard and the manifest say what they were computed from (`hf_laser.outputs`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS
+from ..outputs import (embedding_identity, identity_changes, read_json, scan_input, write_json_atomic,
+                       write_npy_atomic)
+from .embeddings import ShardedEmbeddings
+from .lines import iter_lines
+
+def embedding_key(input_path: str | os.PathLike, lang: str) -> str:
+    """Stable file stem for the embeddings of ``input_path`` in language ``lang`` inside an embedding directory."""
+    p = Path(input_path).resolve()
+    h = hashlib.sha1(str(p).encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return f"{p.name}.{lang}.{h}"
+
+
+def plan_shards(num_lines: int, num_shards: int) -> list[tuple[int, int]]:
+    """Split lines ``[0, num_lines)`` into ``num_shards`` contiguous ranges whose sizes differ by at most one."""
+    if num_shards < 1:
+        raise ValueError("num_shards must be >= 1")
+    base, extra = divmod(num_lines, num_shards)
+    out, a = [], 0
+    for s in range(num_shards):
+        b = a + base + (1 if s < extra else 0)
+        out.append((a, b))
+        a = b
+    return out
+
+
+def _manifest_path(embed_dir: Path, key: str) -> Path:
+    return embed_dir / f"{key}.shards.json"
+
+
+class StaleEmbeddingsError(ValueError):
+    """Embedding shards that were computed from something else than what is asked now (message: what changed)."""
+
+
+def _identity_tag(identity: dict, num_shards: int) -> str:
+    blob = json.dumps({"identity": identity, "num_shards": num_shards}, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _shard_identity(encoder, info: dict, lang: str, *, pretokenized: bool, fp16: bool, max_tokens: int,
+                    max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS) -> dict:
+    """The [`embedding_identity`] of a whole file embedded with `embed_shards` / `mine` (default batching)."""
+    return embedding_identity(encoder, info, lang=lang, pretokenized=pretokenized, fp16=fp16, normalize=False,
+                              max_tokens=max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES,
+                              max_sentence_tokens=max_sentence_tokens)
+
+
+def _dist_env() -> tuple[int, int]:
+    """(rank, world_size) from the environment of ``torchrun`` / ``accelerate launch`` (``RANK``, ``WORLD_SIZE``)."""
+    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+    world = int(os.environ.get("WORLD_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return rank, world
+
+
+def embed_shards(
+    encoder,
+    input_path: str | os.PathLike,
+    embed_dir: str | os.PathLike,
+    lang: str,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    num_shards: int | None = None,
+    pretokenized: bool = False,
+    fp16: bool = False,
+    max_tokens: int = 12000,
+    max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS,
+    show_progress_bar: bool | None = None,
+) -> Path | None:
+    """Embed this process's share of a text file into ``.npy`` shards (one call per process).
+
+    The file's lines are split into ``num_shards`` contiguous ranges (default: one per process); process ``rank`` of
+    ``world_size`` embeds shards ``rank, rank + world_size, ...`` with ``encoder.encode_file`` (streamed, resumable).
+    Each finished shard leaves a ``.done.json`` marker tagged with what it was computed from (the file's content,
+    language, model, options: :func:`hf_laser.outputs.embedding_identity`); the process that finds all markers of
+    this computation present writes the manifest ``{embedding_key}.shards.json`` (with that identity) that
+    :func:`load_embedding_shards` and ``hf-laser mine --embed-dir`` read. Re-running skips the finished shards of the
+    same computation and recomputes the others (e.g. after the file was edited).
+
+    Returns:
+        The manifest path when all shards are done after this call, else None.
+    """
+    if rank is None or world_size is None:
+        env_rank, env_world = _dist_env()
+        rank = env_rank if rank is None else rank
+        world_size = env_world if world_size is None else world_size
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} out of range for world_size {world_size}")
+    embed_dir = Path(embed_dir)
+    embed_dir.mkdir(parents=True, exist_ok=True)
+    key = embedding_key(input_path, lang)
+    info = scan_input(input_path)
+    n = info["lines"]
+    if n == 0:
+        raise ValueError(f"input file {input_path} is empty")
+    num_shards = world_size if num_shards is None else int(num_shards)
+    identity = _shard_identity(encoder, info, lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
+                               max_sentence_tokens=max_sentence_tokens)
+    tag = _identity_tag(identity, num_shards)
+    bounds = plan_shards(n, num_shards)
+    names = [f"{key}.shard{s:05d}-of-{num_shards:05d}" for s in range(num_shards)]
+
+    for s in range(rank, num_shards, world_size):
+        a, b = bounds[s]
+        done = embed_dir / f"{names[s]}.done.json"
+        txt = embed_dir / f"{names[s]}.txt"
+        npy = embed_dir / f"{names[s]}.npy"
+        if _done_tag(done) == tag and npy.exists():
+            continue
+        done.unlink(missing_ok=True)
+        # the shard's text, rewritten from the input (encode_file resumes its embedding when the content is the same)
+        tmp = txt.with_name(txt.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
+            for pos, line in enumerate(iter_lines(input_path)):
+                if pos >= b:
+                    break
+                if pos >= a:
+                    out.write(line + "\n")
+        os.replace(tmp, txt)
+        if b > a:
+            emb = encoder.encode_file(
+                str(txt), str(npy), lang=lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
+                max_sentence_tokens=max_sentence_tokens, show_progress_bar=show_progress_bar, resume=True,
+            )
+            rows, dim = int(emb.shape[0]), int(emb.shape[1])
+            del emb
+        else:  # more shards than lines
+            dim = int(encoder.dim)
+            write_npy_atomic(npy, np.zeros((0, dim), dtype=np.float16 if fp16 else np.float32))
+            rows = 0
+        if rows != b - a:
+            raise RuntimeError(f"shard {npy} has {rows} rows but {b - a} lines were embedded")
+        write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name, "tag": tag})
+    return _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag)
+
+
+def _done_tag(done: Path) -> str | None:
+    try:
+        return read_json(done).get("tag")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag) -> Path | None:
+    manifest = _manifest_path(embed_dir, key)
+    shards = []
+    for name, (a, b) in zip(names, bounds):
+        done = embed_dir / f"{name}.done.json"
+        if _done_tag(done) != tag:
+            return None
+        info = read_json(done)
+        shards.append({"file": info["file"], "start": a, "end": b, "dim": info["dim"]})
+    write_json_atomic(
+        manifest,
+        {"source": str(Path(input_path).resolve()), "lang": lang, "num_lines": n, "num_shards": len(names),
+         "dim": shards[0]["dim"], "shards": shards, "identity": identity, "tag": tag},
+    )
+    return manifest
+
+
+def load_embedding_shards(
+    embed_dir: str | os.PathLike, input_path: str | os.PathLike, lang: str, *, identity: dict | None = None
+) -> ShardedEmbeddings | None:
+    """Open the shards written by :func:`embed_shards` for ``input_path`` as one memory-mapped matrix.
+
+    Returns None when there is no complete manifest. Raises :class:`StaleEmbeddingsError` (naming what changed) when
+    the manifest was computed from something else: another content of the text file (sha256), or, when ``identity``
+    (:func:`hf_laser.outputs.embedding_identity` of what is asked now) is given, another model, language or option;
+    a manifest of an older hf-laser (without identity) is stale too.
+    """
+    embed_dir = Path(embed_dir)
+    manifest = _manifest_path(embed_dir, embedding_key(input_path, lang))
+    if not manifest.exists():
+        return None
+    try:
+        info = read_json(manifest)
+        old = info["identity"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StaleEmbeddingsError(f"stale embedding shards: {manifest} is unreadable or from an older hf-laser "
+                                   f"({type(err).__name__}); run embed-shards again") from None
+    if identity is None:
+        current = scan_input(input_path)
+        changes = identity_changes({k: old.get(k) for k in ("input_sha256", "input_size", "lines")},
+                                   {"input_sha256": current["sha256"], "input_size": current["size"],
+                                    "lines": current["lines"]})
+    else:
+        changes = identity_changes(old, identity)
+    if changes:
+        raise StaleEmbeddingsError(f"stale embedding shards {manifest.name} for {input_path}: " + "; ".join(changes))
+    arrays = []
+    for sh in info["shards"]:
+        a = np.load(embed_dir / sh["file"], mmap_mode="r")
+        if a.shape[0] != sh["end"] - sh["start"]:
+            raise ValueError(f"shard {sh['file']} has {a.shape[0]} rows, expected {sh['end'] - sh['start']}")
+        arrays.append(a)
+    return ShardedEmbeddings(arrays)
