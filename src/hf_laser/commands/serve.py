@@ -1,0 +1,99 @@
+"""`hf-laser serve`: a LASER model kept loaded behind HTTP (`hf_laser.serving`). The web stack (starlette, uvicorn,
+orjson: the `serve` extra) and torch are imported only when the command runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import UsageError, run_cli
+
+WHO = "hf-laser serve"
+HELP = "serve embeddings over HTTP: the OpenAI embeddings API, LASER's /vectorize, and a demo page"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # hf_laser.serving.batching imports numpy only: `hf-laser serve --help` stays fast
+    from ..serving.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
+
+    parser.add_argument("--model", default=None,
+                        help="model directory (from hf-laser convert) or Hub id (default: the shipped laser-mini)")
+    parser.add_argument("--model-name", default=None,
+                        help="the model id the API reports (default: the model directory's name)")
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"address to listen on (default {DEFAULT_HOST}: this machine only; there is no "
+                             "authentication, so put it behind a proxy before listening on other addresses)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                        help="model dtype (float32: the original's numbers; the others trade fidelity for speed)")
+    parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation of the LSTM (CPU only)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
+                        help="token budget of one model call, over the requests batched together "
+                             f"(default {DEFAULT_MAX_BATCH_TOKENS:,})")
+    parser.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
+                        help="how long a request may wait for others to join its batch (default "
+                             f"{DEFAULT_MAX_WAIT_MS:g} ms; requests arriving while the model is busy are batched "
+                             "anyway)")
+    parser.add_argument("--max-inputs", type=int, default=2048, help="sentences per request (default 2048; 413 above)")
+    parser.add_argument("--max-request-tokens", type=int, default=100_000,
+                        help="LASER tokens per request, </s> included (default 100,000; 413 above)")
+    parser.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024,
+                        help="request body size (default 16 MiB; 413 above)")
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--no-access-log", action="store_true", help="no line per request on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("max_batch_tokens", "max_inputs", "max_request_tokens", "max_body_bytes"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.max_wait_ms < 0:
+        raise UsageError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be in 0..65535, got {args.port}")
+    try:
+        import orjson  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        raise ImportError(f"hf-laser serve needs the 'serve' extra ({err.name} is missing): "
+                          "pip install 'hf-laser[serve]'") from err
+    import torch
+
+    from ..models import resolve_model
+    from ..serving.app import Limits, model_name
+    from ..serving.server import serve
+    from .common import load_encoder_for_cli
+
+    if args.threads is not None:
+        if args.threads <= 0:
+            raise UsageError(f"--threads must be positive, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device} but no CUDA device is available")
+    model = resolve_model(args.model, who=WHO)
+    encoder = load_encoder_for_cli(model, WHO, device=args.device, dtype=getattr(torch, args.dtype),
+                                   quantize="int8" if args.int8 else None)
+    limits = Limits(max_inputs=args.max_inputs, max_request_tokens=args.max_request_tokens,
+                    max_body_bytes=args.max_body_bytes)
+    try:
+        serve(encoder, host=args.host, port=args.port, model_id=args.model_name or model_name(model), limits=limits,
+              max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, log_level=args.log_level,
+              access_log=not args.no_access_log)
+    except OSError as err:
+        if err.errno in (98, 99, 13):  # EADDRINUSE, EADDRNOTAVAIL, EACCES
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {err.strerror}") from err
+        raise
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m hf_laser.serving`: the same as `hf-laser serve`."""
+    parser = argparse.ArgumentParser(prog=WHO, description=HELP)
+    add_arguments(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return run_cli(WHO, run, args)

@@ -1,0 +1,432 @@
+"""The ASGI application of `hf-laser serve` (Starlette): one `LaserEncoder` kept loaded behind HTTP.
+
+Routes:
+
+- `POST /v1/embeddings`: the OpenAI embeddings API (`{"input": str | [str], "model", "encoding_format": "float" |
+  "base64", "dimensions", "user"}` plus `"lang"`: one code, `"auto"` (default) or one code per input).
+- `GET|POST /vectorize`: the original LASER docker server's API (`q` = sentences, one per line; `lang`, default
+  `en`) → `{"content": q, "embedding": [[...], ...]}`.
+- `GET /health`, `GET /v1/models`, `GET /v1/models/{id}`, and the demo page at `/`.
+
+Every error is a JSON body in the OpenAI format (`{"error": {"message", "type", "param", "code"}}`) with a 4xx status
+for what the client sent (400 bad request, 413 over a limit, 404/405/415) and 500 for a failure of the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+import numpy as np
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from ..langid import detect, is_auto
+from ..preprocessing import _KNOWN_CODES, normalize_lang
+from .batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, DynamicBatcher
+
+logger = logging.getLogger("hf_laser.serve")
+
+OPENAI_FIELDS = frozenset({"input", "model", "encoding_format", "dimensions", "user", "lang"})
+TOK_STAGE = "--"  # /vectorize lang of the original server: the text is already tokenized, BPE only
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; over a limit the answer is 413."""
+
+    max_inputs: int = 2048  # sentences per request (OpenAI's limit too)
+    max_request_tokens: int = 100_000  # LASER tokens per request, </s> of every sentence included
+    max_body_bytes: int = 16 * 1024 * 1024  # request body
+
+
+class ApiError(Exception):
+    """An error answered as `{"error": {...}}` with HTTP `status`."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def response(self) -> Response:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return json_response({"error": {"message": self.message, "type": kind, "param": self.param,
+                                        "code": self.code}}, self.status)
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+def json_response(obj, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
+                    media_type="application/json")
+
+
+def split_lines(q: str) -> list[str]:
+    """The sentences of a `/vectorize` `q` as the original server saw them: lines split on `\\n` only, a final
+    newline ending the last line (`"a\\nb\\n"` is two sentences)."""
+    lines = q.split("\n")
+    return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
+
+
+def demo_page() -> str:
+    return resources.files(__package__).joinpath("static", "index.html").read_text(encoding="utf-8")
+
+
+class EmbeddingService:
+    """The model, its batcher and the request handling shared by the routes."""
+
+    def __init__(self, encoder, *, model_id: str | None = None, limits: Limits = Limits(),
+                 max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS):
+        if encoder.tokenizer is None:
+            raise ValueError("the model has no tokenizer (converted without subword files); the server embeds text")
+        self.encoder = encoder
+        self.model_id = model_id or "laser"
+        self.limits = limits
+        self.created = int(time.time())
+        self.batcher = DynamicBatcher(self._embed_ids, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms)
+        self._max_batch_tokens = max_batch_tokens
+        self._tokenizer_pool: ThreadPoolExecutor | None = None
+        self._started = time.time()
+        self.active = 0  # embedding requests being answered now
+        self.disconnected = 0  # requests whose client went away before the answer (not computed, or discarded)
+
+    def _embed_ids(self, ids):
+        return self.encoder.encode_ids(ids, max_tokens=self._max_batch_tokens, show_progress_bar=False)
+
+    # ------------------------------------------------------------------ life cycle
+    async def start(self) -> None:
+        self._tokenizer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-laser-tokenizer")
+        self.batcher.start()
+
+    async def stop(self) -> None:
+        await self.batcher.close()
+        self._tokenizer_pool.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ reading requests
+    async def read_body(self, request: Request) -> bytes:
+        limit = self.limits.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, f"request body of {int(declared):,} bytes is over the limit of {limit:,} bytes "
+                                "(--max-body-bytes)", code="body_too_large")
+        chunks, size = [], 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, f"request body over the limit of {limit:,} bytes (--max-body-bytes)",
+                                   code="body_too_large")
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise ClientGone() from None
+        return b"".join(chunks)
+
+    async def read_json(self, request: Request):
+        # the body is read as JSON whatever its Content-Type says (curl -d sends a form type)
+        return parse_json(await self.read_body(request))
+
+    # ------------------------------------------------------------------ languages and tokens
+    def resolve_langs(self, texts: list[str], lang, param: str = "lang") -> tuple[list[str], list[str]]:
+        """Per-text language codes (normalised; `"auto"` detected as `LaserTokenizer` does) and warnings for
+        codes the preprocessing does not know (embedded with the Moses defaults, as `encode` does)."""
+        if isinstance(lang, str):
+            langs = [lang] * len(texts)
+        else:
+            langs = list(lang)
+        auto = [i for i, code in enumerate(langs) if is_auto(code)]
+        if auto:
+            default = self.encoder.tokenizer.default_lang
+            fallback = "en" if is_auto(default) else default
+            for i, code in zip(auto, detect([texts[i] for i in auto], default=fallback)):
+                langs[i] = code
+        warnings, unknown = [], {}
+        for i, code in enumerate(langs):
+            langs[i] = normalize_lang(code)
+            if langs[i] not in _KNOWN_CODES:
+                unknown.setdefault(code, i)
+        for code, i in unknown.items():
+            warnings.append(f"unknown language code {code!r} ({param}" + (f"[{i}]" if not isinstance(lang, str)
+                            else "") + "): preprocessed with the Moses defaults (English non-breaking prefixes, "
+                            "generic rules), as LaserEncoder.encode does")
+        return langs, warnings
+
+    def _token_ids(self, texts: list[str], langs: list[str] | str) -> list[list[int]]:
+        if langs == TOK_STAGE:
+            return self.encoder.tokenizer.encode_lines(texts, pretokenized="tok")
+        return self.encoder.token_ids(texts, lang=langs)
+
+    async def token_ids(self, texts: list[str], langs) -> list[list[int]]:
+        loop = asyncio.get_running_loop()
+        try:
+            ids = await loop.run_in_executor(self._tokenizer_pool, self._token_ids, texts, langs)
+        except (ValueError, TypeError) as err:
+            raise ApiError(400, f"cannot preprocess the input: {err}", param="input") from err
+        tokens = sum(len(s) for s in ids)
+        if tokens > self.limits.max_request_tokens:
+            raise ApiError(413, f"the input is {tokens:,} tokens, over the limit of {self.limits.max_request_tokens:,}"
+                                " per request (--max-request-tokens); send it in several requests",
+                           param="input", code="too_many_tokens")
+        return ids
+
+    def check_count(self, n: int, param: str) -> None:
+        if n > self.limits.max_inputs:
+            raise ApiError(413, f"{n:,} inputs, over the limit of {self.limits.max_inputs:,} per request "
+                                "(--max-inputs); send them in several requests", param=param, code="too_many_inputs")
+
+    async def embed(self, request: Request, ids: list[list[int]]) -> np.ndarray:
+        """The embeddings of `ids` from the batcher; [`ClientGone`] (and the request dropped) when the client
+        disconnects first."""
+        job = asyncio.ensure_future(self.batcher.embed(ids))
+        watch = asyncio.ensure_future(_wait_disconnect(request))
+        try:
+            await asyncio.wait({job, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if job.done():
+                return job.result()
+            raise ClientGone()
+        finally:
+            watch.cancel()
+            if not job.done():
+                job.cancel()
+                await asyncio.gather(job, return_exceptions=True)
+
+    # ------------------------------------------------------------------ routes
+    async def openai_embeddings(self, request: Request) -> Response:
+        body = await self.read_json(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, f"the body must be a JSON object, got {type(body).__name__}")
+        unknown = sorted(set(body) - OPENAI_FIELDS)
+        if unknown:
+            raise ApiError(400, f"unrecognized request argument(s): {', '.join(unknown)} (accepted: "
+                                f"{', '.join(sorted(OPENAI_FIELDS))})", param=unknown[0])
+        texts = body.get("input")
+        if texts is None:
+            raise ApiError(400, "missing 'input': a string or a list of strings", param="input")
+        if isinstance(texts, str):
+            texts = [texts]
+        elif not isinstance(texts, list):
+            raise ApiError(400, f"'input' must be a string or a list of strings, got {_json_type(texts)}",
+                           param="input")
+        if not texts:
+            raise ApiError(400, "'input' is empty: give at least one string", param="input")
+        self.check_count(len(texts), "input")
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                extra = " (token ids are not accepted: send the text)" if isinstance(t, (int, list)) else ""
+                raise ApiError(400, f"input[{i}] is {_json_type(t)}, expected a string{extra}", param="input")
+            if not t:
+                raise ApiError(400, f"input[{i}] is an empty string", param="input")
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            raise ApiError(400, f"'model' must be a string, got {_json_type(model)}", param="model")
+        fmt = body.get("encoding_format")
+        fmt = "float" if fmt is None else fmt
+        if fmt not in ("float", "base64"):
+            raise ApiError(400, f"'encoding_format' must be 'float' or 'base64', got {fmt!r:.40}",
+                           param="encoding_format")
+        dims = body.get("dimensions")
+        if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool) or dims != self.encoder.dim):
+            raise ApiError(400, f"'dimensions' can only be {self.encoder.dim} (this model's size), got {dims!r:.40}",
+                           param="dimensions")
+        lang = check_lang(body.get("lang", "auto"), len(texts), "lang")
+        langs, warnings = self.resolve_langs(texts, lang)
+        ids = await self.token_ids(texts, langs)
+        emb = await self.embed(request, ids)
+        if fmt == "base64":
+            emb = emb.astype("<f4", copy=False)
+            vectors = [base64.b64encode(row.tobytes()).decode("ascii") for row in emb]
+        else:
+            vectors = emb
+        tokens = sum(len(s) for s in ids)
+        out = {"object": "list",
+               "data": [{"object": "embedding", "index": i, "embedding": vectors[i], "lang": langs[i]}
+                        for i in range(len(texts))],
+               "model": self.model_id, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        if warnings:
+            out["warnings"] = warnings
+        return json_response(out)
+
+    async def vectorize(self, request: Request) -> Response:
+        params = dict(request.query_params)
+        if request.method == "POST":
+            body = await self.read_body(request)
+            ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if ctype == "application/json" or ctype.endswith("+json"):
+                data = parse_json(body)
+                if not isinstance(data, dict):
+                    raise ApiError(400, f"the body must be a JSON object with 'q' (and 'lang'), got "
+                                        f"{_json_type(data)}")
+                params.update(data)
+            elif ctype == "application/x-www-form-urlencoded":
+                try:
+                    params.update(parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False))
+                except UnicodeDecodeError:
+                    raise ApiError(400, "the form body is not valid UTF-8") from None
+            elif body:
+                raise ApiError(415, f"POST /vectorize takes application/x-www-form-urlencoded or application/json, "
+                                    f"got {ctype or 'no Content-Type'}", code="unsupported_media_type")
+        q = params.get("q")
+        if q is None:
+            raise ApiError(400, "missing 'q': the sentences, one per line", param="q")
+        if not isinstance(q, str):
+            raise ApiError(400, f"'q' must be a string (sentences, one per line), got {_json_type(q)}", param="q")
+        if not q:
+            raise ApiError(400, "'q' is empty: give at least one sentence", param="q")
+        lang = params.get("lang")
+        if lang is not None and not isinstance(lang, str):
+            raise ApiError(400, f"'lang' must be a string, got {_json_type(lang)}", param="lang")
+        lang = lang.strip() if lang and lang.strip() else "en"  # the original's default
+        lines = split_lines(q)
+        self.check_count(len(lines), "q")
+        warnings = []
+        if lang == TOK_STAGE:
+            langs = TOK_STAGE
+        else:
+            langs, warnings = self.resolve_langs(lines, lang)
+        ids = await self.token_ids(lines, langs)
+        emb = await self.embed(request, ids)
+        # float64 holds the float32 values exactly and prints them as the original server (Flask) did
+        out = {"content": q, "embedding": emb.astype(np.float64)}
+        if warnings:
+            out["warnings"] = warnings
+        return json_response(out)
+
+    async def health(self, request: Request) -> Response:
+        enc = self.encoder
+        return json_response({"status": "ok", "model": self.model_id, "dim": enc.dim, "device": str(enc.device),
+                              "quantize": enc.quantize, "uptime_s": round(time.time() - self._started, 1),
+                              "max_batch_tokens": self._max_batch_tokens,
+                              "max_wait_ms": self.batcher.max_wait * 1000,
+                              "limits": {"max_inputs": self.limits.max_inputs,
+                                         "max_request_tokens": self.limits.max_request_tokens,
+                                         "max_body_bytes": self.limits.max_body_bytes},
+                              "active": self.active, "disconnected": self.disconnected,
+                              **self.batcher.stats.as_dict()})
+
+    def model_card(self) -> dict:
+        return {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "hf-laser",
+                "dim": self.encoder.dim}
+
+    async def models(self, request: Request) -> Response:
+        return json_response({"object": "list", "data": [self.model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        if request.path_params["model"] != self.model_id:
+            raise ApiError(404, f"model {request.path_params['model']!r} not found; this server has "
+                                f"{self.model_id!r}", param="model", code="model_not_found")
+        return json_response(self.model_card())
+
+    async def index(self, request: Request) -> Response:
+        return HTMLResponse(demo_page())
+
+
+def _json_type(value) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def parse_json(body: bytes):
+    if not body.strip():
+        raise ApiError(400, "the request body is empty; expected JSON", code="invalid_json")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise ApiError(400, f"the request body is not valid JSON: {err}", code="invalid_json") from None
+
+
+def check_lang(lang, n: int, param: str):
+    """`lang` of a request: a non-empty code (or `"auto"`), or a list of them with one per input."""
+    if isinstance(lang, str):
+        if not lang.strip():
+            raise ApiError(400, f"'{param}' is an empty string; give a language code or 'auto'", param=param)
+        return lang.strip()
+    if isinstance(lang, list):
+        if len(lang) != n:
+            raise ApiError(400, f"'{param}' has {len(lang)} codes for {n} inputs: give one per input, or a single "
+                                "code (or 'auto') for all", param=param)
+        for i, code in enumerate(lang):
+            if not isinstance(code, str) or not code.strip():
+                raise ApiError(400, f"{param}[{i}] is {_json_type(code)} {code!r:.40}, expected a language code "
+                                    "or 'auto'", param=param)
+        return [code.strip() for code in lang]
+    raise ApiError(400, f"'{param}' must be a language code, 'auto', or a list with one code per input; got "
+                        f"{_json_type(lang)}", param=param)
+
+
+async def _wait_disconnect(request: Request) -> None:
+    """Returns when the client has disconnected (the request's body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def create_app(encoder, *, model_id: str | None = None, limits: Limits = Limits(),
+               max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS) -> Starlette:
+    """The ASGI app serving `encoder` (a `LaserEncoder` with a tokenizer); run it with uvicorn
+    (see `hf_laser.serving.server.serve`)."""
+    service = EmbeddingService(encoder, model_id=model_id, limits=limits, max_batch_tokens=max_batch_tokens,
+                               max_wait_ms=max_wait_ms)
+
+    def handle(fn, counted: bool = False):
+        async def endpoint(request: Request) -> Response:
+            service.active += counted
+            try:
+                return await fn(request)
+            except ApiError as err:
+                return err.response()
+            except ClientGone:
+                service.disconnected += 1
+                logger.info("%s %s: the client disconnected; its request was dropped", request.method,
+                            request.url.path)
+                return Response(status_code=499)
+            finally:
+                service.active -= counted
+        return endpoint
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        return ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}",
+                        code="not_found" if exc.status_code == 404 else None).response()
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        logger.exception("error while serving %s %s", request.method, request.url.path)
+        return ApiError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    routes = [
+        Route("/", handle(service.index), methods=["GET"]),
+        Route("/health", handle(service.health), methods=["GET"]),
+        Route("/v1/models", handle(service.models), methods=["GET"]),
+        Route("/v1/models/{model:path}", handle(service.model), methods=["GET"]),
+        Route("/v1/embeddings", handle(service.openai_embeddings, counted=True), methods=["POST"]),
+        Route("/vectorize", handle(service.vectorize, counted=True), methods=["GET", "POST"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error, Exception: server_error})
+    app.state.service = service
+    return app
+
+
+def model_name(path) -> str:
+    """The model id the server reports: the model directory's name (`laser-mini`), or the Hub id."""
+    p = Path(str(path))
+    return p.name if p.exists() else str(path)
