@@ -1,4 +1,4 @@
-"""`hf-laser` command line: convert, embed, tokenize, mine, embed-shards, similar, push.
+"""`hf-laser` command line: convert, embed, tokenize, mine, embed-shards, similar, push, serve.
 
 Each subcommand's arguments and handler live in its module under `hf_laser/commands/` (`add_arguments` / `run`);
 this file only assembles them, importing a subcommand's module when that subcommand is asked for, so that
@@ -30,6 +30,7 @@ SUBCOMMANDS = {
                      "embed text files into shards for mine --embed-dir, one process per rank (multi-GPU / nodes)"),
     "similar": ("similar", "print the nearest neighbours of sentences among other sentences (any languages)"),
     "push": ("push", "upload a model directory (+ card and results) to the Hub"),
+    "serve": ("serve", "serve embeddings over HTTP: the OpenAI embeddings API, LASER's /vectorize, and a demo page"),
 }
 
 

@@ -4,12 +4,10 @@ orjson: the `serve` extra) and torch are imported only when the command runs."""
 from __future__ import annotations
 
 import argparse
-import sys
 
-from ..errors import UsageError, run_cli
+from ..errors import UsageError
 
 WHO = "hf-laser serve"
-HELP = "serve embeddings over HTTP: the OpenAI embeddings API, LASER's /vectorize, and a demo page"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 
@@ -48,9 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("max_batch_tokens", "max_inputs", "max_request_tokens", "max_body_bytes"):
-        if getattr(args, name) <= 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("max_batch_tokens", "max_inputs", "max_request_tokens", "max_body_bytes", "threads"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
     if args.max_wait_ms < 0:
         raise UsageError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
     if not 0 <= args.port <= 65535:
@@ -62,38 +61,32 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise ImportError(f"hf-laser serve needs the 'serve' extra ({err.name} is missing): "
                           "pip install 'hf-laser[serve]'") from err
-    import torch
+    from ..serving.server import bind
 
-    from ..models import resolve_model
-    from ..serving.app import Limits, model_name
-    from ..serving.server import serve
-    from .common import load_encoder_for_cli
-
-    if args.threads is not None:
-        if args.threads <= 0:
-            raise UsageError(f"--threads must be positive, got {args.threads}")
-        torch.set_num_threads(args.threads)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device} but no CUDA device is available")
-    model = resolve_model(args.model, who=WHO)
-    encoder = load_encoder_for_cli(model, WHO, device=args.device, dtype=getattr(torch, args.dtype),
-                                   quantize="int8" if args.int8 else None)
-    limits = Limits(max_inputs=args.max_inputs, max_request_tokens=args.max_request_tokens,
-                    max_body_bytes=args.max_body_bytes)
+    try:  # before the model is loaded: a port in use is reported at once
+        sock = bind(args.host, args.port)
+    except OSError as err:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {err.strerror or err}") from err
     try:
-        serve(encoder, host=args.host, port=args.port, model_id=args.model_name or model_name(model), limits=limits,
+        import torch
+
+        from ..models import resolve_model
+        from ..serving.app import Limits, model_name
+        from ..serving.server import serve
+        from .common import load_encoder_for_cli
+
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
+        if args.device.startswith("cuda") and not torch.cuda.is_available():
+            raise UsageError(f"--device {args.device} but no CUDA device is available")
+        model = resolve_model(args.model, who=WHO)
+        encoder = load_encoder_for_cli(model, WHO, device=args.device, dtype=getattr(torch, args.dtype),
+                                       quantize="int8" if args.int8 else None)
+        limits = Limits(max_inputs=args.max_inputs, max_request_tokens=args.max_request_tokens,
+                        max_body_bytes=args.max_body_bytes)
+        serve(encoder, sock=sock, model_id=args.model_name or model_name(model), limits=limits,
               max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, log_level=args.log_level,
               access_log=not args.no_access_log)
-    except OSError as err:
-        if err.errno in (98, 99, 13):  # EADDRINUSE, EADDRNOTAVAIL, EACCES
-            raise UsageError(f"cannot listen on {args.host}:{args.port}: {err.strerror}") from err
-        raise
+    finally:
+        sock.close()
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m hf_laser.serving`: the same as `hf-laser serve`."""
-    parser = argparse.ArgumentParser(prog=WHO, description=HELP)
-    add_arguments(parser)
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    return run_cli(WHO, run, args)

@@ -2,6 +2,6 @@
 
 import sys
 
-from ..commands.serve import main
+from hf_laser.cli import main
 
-sys.exit(main())
+sys.exit(main(["serve", *sys.argv[1:]]))

@@ -34,18 +34,18 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve(encoder, *, host: str = "127.0.0.1", port: int = 8080, model_id: str | None = None,
-          limits: Limits = Limits(), max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+def serve(encoder, *, host: str = "127.0.0.1", port: int = 8080, sock: socket.socket | None = None,
+          model_id: str | None = None, limits: Limits = Limits(), max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
           max_wait_ms: float = DEFAULT_MAX_WAIT_MS, log_level: str = "info", access_log: bool = True,
           announce=None) -> None:
-    """Serves `encoder` over HTTP until SIGTERM / SIGINT (see the module docstring).
-
-    `announce(url)` is called once the socket listens (default: a line on stderr)."""
+    """Serves `encoder` over HTTP on `host:port` (or the listening socket `sock`, see [`bind`]) until SIGTERM /
+    SIGINT (see the module docstring). `announce(url)` is called once the socket listens (default: a line on
+    stderr)."""
     import uvicorn
 
     app = create_app(encoder, model_id=model_id, limits=limits, max_batch_tokens=max_batch_tokens,
                      max_wait_ms=max_wait_ms)
-    sock = bind(host, port)
+    sock = bind(host, port) if sock is None else sock
     try:
         config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
                                 timeout_keep_alive=30)
