@@ -5,6 +5,7 @@ These assertions run on the real shipped weights: a random or broken model fails
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -133,15 +134,69 @@ def test_wheel_contains_the_default_model(tmp_path):
     assert "hf_laser/models/__init__.py" in names
 
 
-def test_shipped_code_files_are_the_package_sources():
-    """The shipped directory's remote code (used by AutoTokenizer / sentence-transformers without hf_laser) is a
-    copy of the package's modules: an edit to the package that is not re-exported would make the two disagree."""
-    shipped = sorted(p for p in Path(hf_laser.DEFAULT_MODEL).glob("*.py"))
-    assert shipped, "the shipped model carries no remote code"
+def test_shipped_directory_holds_no_code():
+    """The shipped model is weights, config, tokenizer files, model card and plot: with hf_laser installed the
+    `laser` type is registered, so it needs no copy of the package's code (nor an `auto_map` naming one)."""
+    path = Path(hf_laser.DEFAULT_MODEL)
+    assert not list(path.glob("*.py")), sorted(p.name for p in path.glob("*.py"))
+    for name in ("config.json", "tokenizer_config.json"):
+        config = json.loads((path / name).read_text(encoding="utf-8"))
+        assert "auto_map" not in config and "custom_pipelines" not in config, name
+    modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+    assert modules[0]["type"] == "hf_laser.sentence_transformers_laser.LaserSentenceTransformerModule"
+
+
+def saved_copy(out: Path) -> Path:
+    """The shipped model written by `save_pretrained` (what goes to the Hub)."""
+    from hf_laser import LaserModel, LaserTokenizer
+
+    LaserModel.from_pretrained(hf_laser.DEFAULT_MODEL).save_pretrained(out)
+    LaserTokenizer.from_pretrained(hf_laser.DEFAULT_MODEL).save_pretrained(out)
+    return out
+
+
+def training_export(out: Path) -> Path:
+    """What training/train.py writes for a trained model: `save_encoder` + the tokenizer."""
+    import torch
+
+    from hf_laser import LaserConfig, LaserForPreTraining, LaserTokenizer
+
+    torch.manual_seed(0)
+    config = LaserConfig.from_pretrained(hf_laser.DEFAULT_MODEL, decoder_num_layers=1, target_languages=["en"])
+    LaserForPreTraining(config).save_encoder(out)
+    LaserTokenizer.from_pretrained(hf_laser.DEFAULT_MODEL).save_pretrained(out)
+    return out
+
+
+def pushed(out: Path) -> Path:
+    """What `hf-laser push` uploads for the shipped directory (`hub.with_remote_code`)."""
+    from hf_laser.hub import with_remote_code
+
+    out.mkdir()
+    return with_remote_code(hf_laser.DEFAULT_MODEL, out)
+
+
+REMOTE_CODE = ["bpe.py", "configuration_laser.py", "integration_files.py", "langid.py", "modeling_laser.py",
+               "nonbreaking_prefixes.py", "pipeline_laser.py", "preprocessing.py", "sentence_transformers_laser.py",
+               "tokenization_laser.py"]
+
+
+@pytest.mark.parametrize("writer", [saved_copy, training_export, pushed])
+def test_written_directories_get_the_package_sources_as_code(writer, tmp_path):
+    """A directory written for use without hf_laser (save_pretrained, the training export, hf-laser push) gets the
+    remote code from the package's own sources, byte for byte, and the entries that name it."""
+    directory = writer(tmp_path / "out")
     package = Path(hf_laser.__file__).parent
-    stale = [p.name for p in shipped if p.read_bytes() != (package / p.name).read_bytes()]
-    assert not stale, (f"{stale} in {hf_laser.DEFAULT_MODEL} differ from src/hf_laser/: copy them from there "
-                       "(or re-export the model with training/export_default_model.py)")
+    written = sorted(p.name for p in directory.glob("*.py"))
+    assert written == REMOTE_CODE
+    stale = [name for name in written if (directory / name).read_bytes() != (package / name).read_bytes()]
+    assert not stale, stale
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    assert config["auto_map"]["AutoModel"] == "modeling_laser.LaserModel" and "custom_pipelines" in config
+    tokenizer_config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert tokenizer_config["auto_map"]["AutoTokenizer"] == ["tokenization_laser.LaserTokenizer", None]
+    modules = json.loads((directory / "modules.json").read_text(encoding="utf-8"))
+    assert modules[0]["type"] == "sentence_transformers_laser.LaserSentenceTransformerModule"
 
 
 def test_model_card_names_the_useless_languages_that_had_training_data():

@@ -110,6 +110,34 @@ def test_laser1_directory_without_hf_laser(bare_python, tiny_model_dir, tmp_path
     assert len(got["unknown_lang_warnings"]) == 1 and "unknown language code 'xq'" in got["unknown_lang_warnings"][0]
 
 
+def test_shipped_model_written_by_save_pretrained_without_hf_laser(bare_python, tmp_path):
+    """The shipped laser-mini holds no code; `save_pretrained` writes it from the package's sources, and the result
+    loads where hf_laser is not installed and gives `LaserEncoder`'s embeddings."""
+    import hf_laser
+    from hf_laser import LaserModel, LaserTokenizer
+
+    saved = tmp_path / "laser-mini"
+    LaserModel.from_pretrained(hf_laser.DEFAULT_MODEL).save_pretrained(saved)
+    LaserTokenizer.from_pretrained(hf_laser.DEFAULT_MODEL).save_pretrained(saved)
+    fr = lines("tatoeba.fra-eng.fra", 10)
+    (tmp_path / "input.json").write_text(json.dumps({"fr": fr}), encoding="utf-8")
+    got = run_in(bare_python, tmp_path, f"""
+        import json
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+        d = {str(saved)!r}
+        text = json.load(open("input.json", encoding="utf-8"))
+        model = AutoModel.from_pretrained(d, trust_remote_code=True).eval()
+        tok = AutoTokenizer.from_pretrained(d, trust_remote_code=True)
+        with torch.no_grad():
+            emb = model(**tok(text["fr"], lang="fr", padding=True, return_tensors="pt")).pooler_output
+        json.dump({{"module": type(model).__module__.split(".")[0], "fr": emb.tolist()}}, open("result.json", "w"))
+    """)
+    assert got["module"] == "transformers_modules"
+    expected = LaserEncoder.from_pretrained(hf_laser.DEFAULT_MODEL).encode(fr, lang="fr")
+    assert np.abs(np.array(got["fr"]) - expected).max() <= 1e-6
+
+
 def test_laser2_directory_with_sentencepiece_only(tiny_laser2_dir, tmp_path):
     python = make_bare_venv(tmp_path / "venv", BARE + ["sentencepiece"])
     fr = lines("tatoeba.fra-eng.fra", 100)

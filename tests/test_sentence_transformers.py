@@ -64,7 +64,8 @@ def test_every_written_directory_is_a_sentence_transformer(writer, tiny_model_di
         "convert-laser2": lambda: tiny_laser2_dir,
         "save_pretrained": lambda: saved_by_save_pretrained(tiny_model_dir, tmp_path / "saved"),
         "training export": lambda: saved_by_training_export(tiny_model_dir, tmp_path / "final"),
-        "shipped default": lambda: Path(hf_laser.DEFAULT_MODEL),
+        # the shipped directory holds no code (hf_laser registers `laser`): written for the Hub by save_pretrained
+        "shipped default": lambda: saved_by_save_pretrained(hf_laser.DEFAULT_MODEL, tmp_path / "shipped"),
         "SentenceTransformer.save": lambda: (load(tiny_model_dir).save(str(tmp_path / "st")), tmp_path / "st")[1],
     }[writer]()
     assert json.loads((directory / "modules.json").read_text())[0]["type"] == \

@@ -5,10 +5,11 @@
 
 The weights of `OUT/final` are stored in float16 (half the bytes; `config.json` keeps `dtype: float32`, so
 `from_pretrained` loads them as float32), next to the tokenizer files and a model card (`README.md`, also copied to
-the repository's `model_card.md`) built from `OUT/report.json`. The cost of the float16 storage is measured on the
-spot: the largest embedding difference against the float32 weights and the Tatoeba errors of the `FOCUS` languages
-with both, written into the card, and so is the Tatoeba error on pairs whose every word the training data has
-against the others (`training/coverage.py`).
+the repository's `model_card.md`) built from `OUT/report.json`; no code files (`hf_laser.integration_files.
+remove_remote_code`: `save_pretrained` / `hf-laser push` write them from the package's sources). The cost of the
+float16 storage is measured on the spot: the largest embedding difference against the float32 weights and the
+Tatoeba errors of the `FOCUS` languages with both, written into the card, and so is the Tatoeba error on pairs whose
+every word the training data has against the others (`training/coverage.py`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ TATOEBA = REPO.parent / "shared" / "data" / "tatoeba" / "v1"
 
 
 def save_half(run: Path, dest: Path) -> None:
+    """Weights (float16), config, tokenizer files; no code: the package registers `laser`, and a directory for the
+    Hub (`save_pretrained`, `hf-laser push`) gets its code from the package's sources."""
     from hf_laser import LaserModel, LaserTokenizer
+    from hf_laser.integration_files import remove_remote_code
 
     model = LaserModel.from_pretrained(run / "final", dtype=torch.float32)
     model.half().save_pretrained(dest)
@@ -42,6 +46,7 @@ def save_half(run: Path, dest: Path) -> None:
     config["dtype"] = "float32"  # stored in float16, computed in float32
     (dest / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     LaserTokenizer.from_pretrained(run / "final").save_pretrained(dest)
+    remove_remote_code(dest)
 
 
 def storage_cost(run: Path, dest: Path) -> dict:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "card_with_results",
     "validate_card",
     "collect_files",
+    "with_remote_code",
     "push_to_hub",
 ]
 
@@ -223,8 +226,6 @@ def validate_card(content: str, expected_results: int | None = None) -> dict:
 
     Returns the metadata dict; raises ValueError when the YAML does not parse or `model-index` does not round-trip
     to `expected_results` evaluation results."""
-    import tempfile
-
     from huggingface_hub import ModelCard, metadata_load
     from huggingface_hub.repocard_data import model_index_to_eval_results
 
@@ -277,16 +278,55 @@ def collect_files(model_dir: str | Path, results_dir: str | Path | None = None) 
     return files
 
 
+# files rewritten by `write_integration_files` (copied into the staging directory; the others are linked)
+_REWRITTEN = {"config.json", "tokenizer_config.json", "modules.json", "config_sentence_transformers.json"}
+
+
+def with_remote_code(model_dir: str | Path, staging: str | Path) -> Path:
+    """`model_dir` as the Hub gets it: for a LASER directory, a copy in `staging` (large files linked, not copied)
+    completed by `hf_laser.integration_files.write_integration_files` (code files from the package's sources,
+    `auto_map`, `custom_pipelines`, sentence-transformers files); any other directory as it is."""
+    from .integration_files import write_integration_files
+
+    model_dir, staging = Path(model_dir), Path(staging)
+    config = model_dir / "config.json"
+    try:
+        laser = json.loads(config.read_text(encoding="utf-8")).get("model_type") == "laser"
+    except (OSError, ValueError, AttributeError):
+        laser = False
+    if not laser:
+        return model_dir
+    for rel, path in collect_files(model_dir):
+        target = staging / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rel in _REWRITTEN or path.suffix == ".py":
+            shutil.copyfile(path, target)
+        else:
+            target.symlink_to(path.resolve())
+    write_integration_files(staging)
+    return staging
+
+
 def push_to_hub(model_dir: str | Path, repo_id: str, *, results_dir: str | Path | None = None,
                 private: bool = False, revision: str | None = None, commit_message: str | None = None,
                 dry_run: bool = False, include_languages: bool = True, api=None, log=print) -> dict:
-    """Uploads model files + card (+ results) to `repo_id` in one commit.
+    """Uploads model files + card (+ results) to `repo_id` in one commit. A LASER directory goes up with its
+    remote code written from the package's sources ([`with_remote_code`]), whether or not it holds a copy (the
+    shipped laser-mini holds none).
 
     Returns `{"repo_id", "files": [(path_in_repo, bytes)], "card": str, "commit": url or None}`.
     """
     if not re.fullmatch(r"[\w.\-]+(/[\w.\-]+)?", repo_id or ""):
         raise ValueError(f"invalid repo id {repo_id!r} (expected 'user/name')")
-    files = collect_files(model_dir, results_dir)
+    with tempfile.TemporaryDirectory(prefix="hf_laser_push_") as staging:
+        files = collect_files(with_remote_code(model_dir, staging), results_dir)
+        return _push(model_dir, repo_id, files, results_dir=results_dir, private=private, revision=revision,
+                     commit_message=commit_message, dry_run=dry_run, include_languages=include_languages, api=api,
+                     log=log)
+
+
+def _push(model_dir, repo_id, files, *, results_dir, private, revision, commit_message, dry_run, include_languages,
+          api, log) -> dict:
     results, plots = None, {}
     if results_dir is not None:
         results = json.loads((Path(results_dir) / "results.json").read_text(encoding="utf-8"))

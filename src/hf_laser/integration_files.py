@@ -4,15 +4,21 @@ Besides the weights, `config.json` and the tokenizer files, an encoder directory
 
 * in `config.json`, an `auto_map` for `AutoConfig`, `AutoModel`, `AutoModelForSequenceClassification` and, once
   the tokenizer is saved, `AutoTokenizer` (transformers reads the tokenizer's from `tokenizer_config.json`, which
-  `LaserTokenizer.save_pretrained` writes); the code they name is copied next to them by transformers;
+  gets it too);
 * in `config.json`, `custom_pipelines`: the `feature-extraction` pipeline is `pipeline_laser.py`'s (it takes `lang=`);
 * once both model and tokenizer are saved, the sentence-transformers files: `modules.json` (a single module,
-  `sentence_transformers_laser.LaserSentenceTransformerModule`, saved in the root), `config_sentence_transformers.json`
-  (cosine similarity, no prompts, sentence-transformers >= 6 required) and the module's code.
+  `sentence_transformers_laser.LaserSentenceTransformerModule`, saved in the root) and
+  `config_sentence_transformers.json` (cosine similarity, no prompts, sentence-transformers >= 6 required);
+* the code all of these name, and the modules it imports relatively ([`code_files`]): copied from the package's own
+  sources (the directory of this file), so a written directory holds no copy older than the package.
 
 `LaserPreTrainedModel.save_pretrained` and `LaserTokenizer.save_pretrained` both call [`write_integration_files`]
-after writing their own files, so the result does not depend on which of the two is saved first. Classifier and
-pre-training directories only get the `AutoTokenizer` entry (they are not sentence encoders).
+after writing their own files, so the result does not depend on which of the two is saved first; `hf-laser push`
+calls it on the copy it uploads. Classifier and pre-training directories get the code of their own `auto_map` and the
+`AutoTokenizer` entry (they are not sentence encoders).
+
+The package's shipped model holds none of this ([`remove_remote_code`]): with hf_laser installed the `laser` type is
+registered, and its `modules.json` names the module by its package path.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -40,9 +46,8 @@ CUSTOM_PIPELINES = {
                            "type": "text"},
 }
 SENTENCE_TRANSFORMERS_FILE = "sentence_transformers_laser.py"
-SENTENCE_TRANSFORMERS_MODULES = [
-    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers_laser.LaserSentenceTransformerModule"},
-]
+SENTENCE_TRANSFORMERS_MODULE = "sentence_transformers_laser.LaserSentenceTransformerModule"
+SENTENCE_TRANSFORMERS_MODULES = [{"idx": 0, "name": "0", "path": "", "type": SENTENCE_TRANSFORMERS_MODULE}]
 SENTENCE_TRANSFORMERS_CONFIG = {
     "model_type": "SentenceTransformer",
     "prompts": {},
@@ -71,31 +76,57 @@ def _write_json(path: Path, data) -> None:
 
 
 def has_laser_tokenizer(directory: str | Path) -> bool:
-    """Whether `directory` holds a saved `LaserTokenizer` with its code."""
-    directory = Path(directory)
-    tokenizer_config = _read_json(directory / "tokenizer_config.json")
-    return (isinstance(tokenizer_config, dict) and tokenizer_config.get("tokenizer_class") == "LaserTokenizer"
-            and (directory / "tokenization_laser.py").is_file())
+    """Whether `directory` holds a saved `LaserTokenizer`."""
+    tokenizer_config = _read_json(Path(directory) / "tokenizer_config.json")
+    return isinstance(tokenizer_config, dict) and tokenizer_config.get("tokenizer_class") == "LaserTokenizer"
 
 
 def _pipeline_source() -> Path:
-    # A relative import, not a path: transformers copies the files this module imports next to it (into a saved
-    # directory, and into its module cache for remote code), so a model loaded as remote code can ship it again.
-    from .pipeline_laser import LaserFeatureExtractionPipeline
+    # A relative import: transformers copies the files this module imports next to it (into a saved directory, and
+    # into its module cache for remote code), so a model loaded as remote code can ship the pipeline again.
+    from .pipeline_laser import LaserFeatureExtractionPipeline  # noqa: F401
 
-    return Path(sys.modules[LaserFeatureExtractionPipeline.__module__].__file__)
+    return SOURCES / PIPELINE_FILE
 
 
-def _copy_source(name: str, directory: Path) -> bool:
-    source = _pipeline_source() if name == PIPELINE_FILE else SOURCES / name
-    if not source.is_file():
+def code_files(modules: Iterable[str], directory: str | Path | None = None) -> list[str]:
+    """The file names of `modules` (e.g. `"modeling_laser"`) and of every module they import relatively, directly
+    or not: what transformers copies for remote code. Read from [`SOURCES`], else from `directory`."""
+    from transformers.dynamic_module_utils import get_relative_imports
+
+    names, todo = set(), [f"{m}.py" for m in modules]
+    while todo:
+        name = todo.pop()
+        if name in names:
+            continue
+        names.add(name)
+        source = SOURCES / name if (SOURCES / name).is_file() else Path(directory or SOURCES) / name
+        if source.is_file():
+            todo.extend(f"{m}.py" for m in get_relative_imports(source))
+    return sorted(names)
+
+
+def write_code_files(modules: Iterable[str], directory: str | Path) -> bool:
+    """Copies the code of `modules` ([`code_files`]) from the package's sources into `directory`. False, with a
+    warning and nothing copied, when one of the files is neither there nor in `directory`."""
+    directory = Path(directory)
+    names = code_files(modules, directory)
+    missing = [n for n in names if not (SOURCES / n).is_file() and not (directory / n).is_file()]
+    if missing:
         # a model loaded as remote code and saved again: the cached code holds only what transformers copied
-        logger.warning(f"{name} is not next to {__file__}: {directory} is saved without the files that need it "
+        logger.warning(f"{', '.join(missing)} not next to {__file__}: {directory} is saved without what needs them "
                        "(save it with hf_laser installed to get them)")
         return False
-    if source.resolve() != (directory / name).resolve():
-        shutil.copyfile(source, directory / name)
+    for name in names:
+        source = SOURCES / name
+        if source.is_file() and source.resolve() != (directory / name).resolve():
+            shutil.copyfile(source, directory / name)
     return True
+
+
+def _auto_map_modules(auto_map: dict) -> set[str]:
+    refs = [r for v in auto_map.values() for r in (v if isinstance(v, list) else [v]) if isinstance(r, str)]
+    return {r.split("--")[-1].split(".")[0] for r in refs}
 
 
 def write_integration_files(directory: str | Path) -> None:
@@ -105,18 +136,46 @@ def write_integration_files(directory: str | Path) -> None:
     config = _read_json(directory / "config.json")
     if not isinstance(config, dict) or config.get("model_type") != "laser":
         return
-    tokenizer = has_laser_tokenizer(directory)
+    tokenizer = has_laser_tokenizer(directory) and write_code_files(["tokenization_laser"], directory)
     encoder = config.get("architectures") == ["LaserModel"]
     updated = dict(config, auto_map=dict(config.get("auto_map") or {}))
     if encoder:
         updated["auto_map"].update(ENCODER_AUTO_MAP)
-        if _copy_source(PIPELINE_FILE, directory):
+        if write_code_files([_pipeline_source().stem], directory):
             updated["custom_pipelines"] = CUSTOM_PIPELINES
+    write_code_files(_auto_map_modules({k: v for k, v in updated["auto_map"].items() if k != "AutoTokenizer"}),
+                     directory)
     if tokenizer:
         updated["auto_map"]["AutoTokenizer"] = TOKENIZER_AUTO_MAP
+        tokenizer_config = _read_json(directory / "tokenizer_config.json")
+        if not (tokenizer_config.get("auto_map") or {}).get("AutoTokenizer"):
+            tokenizer_config["auto_map"] = dict(tokenizer_config.get("auto_map") or {}, AutoTokenizer=TOKENIZER_AUTO_MAP)
+            _write_json(directory / "tokenizer_config.json", tokenizer_config)
     if updated != config:
         _write_json(directory / "config.json", updated)
-    if encoder and tokenizer and _copy_source(SENTENCE_TRANSFORMERS_FILE, directory):
+    if encoder and tokenizer and write_code_files([Path(SENTENCE_TRANSFORMERS_FILE).stem], directory):
         (directory / "modules.json").write_text(json.dumps(SENTENCE_TRANSFORMERS_MODULES, indent=2) + "\n",
                                                 encoding="utf-8")
         _write_json(directory / "config_sentence_transformers.json", SENTENCE_TRANSFORMERS_CONFIG)
+
+
+def remove_remote_code(directory: str | Path) -> list[str]:
+    """Turns a saved LASER directory into the form the package ships its model in (hf_laser installed): the code
+    files and the `auto_map` / `custom_pipelines` entries that name them are removed, and `modules.json` names the
+    sentence-transformers module by its package path (`hf_laser.sentence_transformers_laser...`). Returns the
+    names of the files removed; [`write_integration_files`] restores the full form."""
+    directory = Path(directory)
+    removed = [name for name in code_files(["modeling_laser", "tokenization_laser", Path(PIPELINE_FILE).stem,
+                                            Path(SENTENCE_TRANSFORMERS_FILE).stem], directory)
+               if (directory / name).is_file()]
+    for name in removed:
+        (directory / name).unlink()
+    for name, keys in (("config.json", ("auto_map", "custom_pipelines")), ("tokenizer_config.json", ("auto_map",))):
+        data = _read_json(directory / name)
+        if isinstance(data, dict) and any(k in data for k in keys):
+            _write_json(directory / name, {k: v for k, v in data.items() if k not in keys})
+    if (directory / "modules.json").is_file():
+        modules = [dict(m, type=f"hf_laser.{m['type']}") if m.get("type") == SENTENCE_TRANSFORMERS_MODULE else m
+                   for m in _read_json(directory / "modules.json")]
+        (directory / "modules.json").write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
+    return removed
