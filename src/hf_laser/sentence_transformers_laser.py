@@ -39,7 +39,7 @@ from transformers import PretrainedConfig
 from .modeling_laser import LaserModel
 from .tokenization_laser import LaserTokenizer
 
-# = hf_laser.encoder.DEFAULT_MAX_SENTENCE_TOKENS (not imported: this file also runs as remote code without hf_laser)
+# = hf_laser.defaults.DEFAULT_MAX_SENTENCE_TOKENS (not imported: this file also runs as remote code without hf_laser)
 DEFAULT_MAX_SEQ_LENGTH = 100_000
 _PER_SENTENCE = ("one language per sentence goes with the sentence: encode([{'text': sentence, 'lang': code}, ...]) "
                  "(sentence-transformers reorders and batches the inputs, so a list would not stay aligned)")

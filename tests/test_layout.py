@@ -1,0 +1,168 @@
+"""The package's layout (ARCHITECTURE.md): the import graph of `src/hf_laser` has no cycle, the library never imports
+the command line, and the remote-code files written into model directories stand on their own.
+
+The graph is built with `ast` from every module's import statements (relative ones resolved; `from . import x`
+counts as an import of the submodule `x` when there is one, else of the package). What counts:
+
+* module-level imports, including those inside a module-level `try` / `if`, are the graph whose cycles would break
+  import order: it must be acyclic;
+* function-local imports (deferred to keep `import hf_laser` and `hf-laser --help` fast, or to import optional
+  dependencies) cannot break import order, but a cycle through them would still tie two modules together, so the
+  graph with them must be acyclic too;
+* `if TYPE_CHECKING:` blocks are not imports at run time and are left out;
+* entry points are not library code: `__main__.py` files and `if __name__ == "__main__":` blocks (what
+  `python -m hf_laser.convert` runs) may import the command line, and are left out of both graphs.
+
+The command line is `hf_laser.cli` and the `hf_laser.commands` package; no other module may import it, at any level.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "hf_laser"
+COMMAND_LINE = ("hf_laser.cli", "hf_laser.commands")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _skipped(node: ast.If) -> bool:
+    test = node.test
+    if isinstance(test, (ast.Name, ast.Attribute)) and getattr(test, "id", getattr(test, "attr", None)) == \
+            "TYPE_CHECKING":
+        return True
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators))
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom | ast.Import) -> list[str]:
+    """The hf_laser modules an import statement names (submodules when `from X import submodule`)."""
+    if isinstance(node, ast.Import):
+        targets = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            base = base[:len(base) - (node.level - 1)]
+            origin = ".".join(base + ([node.module] if node.module else []))
+        else:
+            origin = node.module or ""
+        targets = [f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in MODULES else origin
+                   for alias in node.names]
+    resolved = []
+    for target in targets:
+        while target and target not in MODULES:
+            target = target.rpartition(".")[0]
+        if target and target != module:
+            resolved.append(target)
+    return resolved
+
+
+def imports(module: str) -> dict[str, bool]:
+    """`{imported hf_laser module: True when only function-local}` for one module (entry-point code left out)."""
+    path = MODULES[module]
+    found: dict[str, bool] = {}
+
+    def visit(node: ast.AST, local: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _skipped(child):
+                visit_orelse = ast.Module(body=child.orelse, type_ignores=[])
+                visit(visit_orelse, local)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for target in _resolve(module, path.name == "__init__.py", child):
+                    found[target] = found.get(target, True) and local
+                continue
+            visit(child, local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return found
+
+
+def is_entry_point(module: str) -> bool:
+    return module.endswith(".__main__")
+
+
+GRAPH = {m: imports(m) for m in MODULES if not is_entry_point(m)}
+
+
+def find_cycle(edges: dict[str, list[str]]) -> list[str] | None:
+    """A cycle of `edges` as `[a, b, ..., a]`, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in edges.get(node, ()):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := dfs(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := dfs(node)):
+            return cycle
+    return None
+
+
+def test_the_package_is_parsed():
+    assert {"hf_laser", "hf_laser.encoder", "hf_laser.outputs", "hf_laser.errors", "hf_laser.mining",
+            "hf_laser.mining.search", "hf_laser.commands.embed", "hf_laser.cli"} <= set(GRAPH)
+    assert "hf_laser.outputs" in GRAPH["hf_laser.encoder"] and "hf_laser.mining.index" in GRAPH["hf_laser.mining.search"]
+
+
+def test_module_level_imports_have_no_cycle():
+    edges = {m: sorted(t for t, local in found.items() if not local) for m, found in GRAPH.items()}
+    assert find_cycle(edges) is None, " -> ".join(find_cycle(edges))
+
+
+def test_imports_including_function_local_ones_have_no_cycle():
+    edges = {m: sorted(found) for m, found in GRAPH.items()}
+    assert find_cycle(edges) is None, " -> ".join(find_cycle(edges))
+
+
+def test_library_never_imports_the_command_line():
+    library = [m for m in GRAPH if not m.startswith(COMMAND_LINE)]
+    offenders = {m: sorted(t for t in GRAPH[m] if t.startswith(COMMAND_LINE)) for m in library}
+    assert not {m: t for m, t in offenders.items() if t}
+
+
+def test_cycle_finder_finds_cycles():
+    assert find_cycle({"a": ["b"], "b": ["c"], "c": ["a"]}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": ["b", "c"], "b": ["c"], "c": []}) is None
+
+
+@pytest.fixture(scope="module")
+def remote_code() -> list[str]:
+    pytest.importorskip("transformers")
+    from hf_laser.integration_files import code_files
+
+    return code_files(["modeling_laser", "tokenization_laser", "pipeline_laser", "sentence_transformers_laser"])
+
+
+def test_remote_code_files_stand_on_their_own(remote_code):
+    """The files written into a model directory for `trust_remote_code` import each other only (a flat set, by
+    relative imports) and nothing that needs hf_laser installed: transformers checks every import it finds in them
+    (`get_imports`) before running them."""
+    from transformers.dynamic_module_utils import get_imports, get_relative_imports
+
+    assert "modeling_laser.py" in remote_code and "tokenization_laser.py" in remote_code
+    for name in remote_code:
+        path = PACKAGE / name
+        assert path.is_file(), name
+        assert {f"{m}.py" for m in get_relative_imports(path)} <= set(remote_code), name
+        assert "hf_laser" not in get_imports(path), name
+        found = imports(module_name(path))
+        assert {t.removeprefix("hf_laser.") + ".py" for t in found} <= set(remote_code), (name, found)
