@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                         help="model dtype (float32: the original's numbers; the others trade fidelity for speed)")
     parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation of the LSTM (CPU only)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of the model (default: torch's choice less one, at least 1: a core is left "
+                             "to the HTTP and tokenizer threads)")
     parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
                         help="token budget of one model call, over the requests batched together "
                              f"(default {DEFAULT_MAX_BATCH_TOKENS:,})")
@@ -75,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
         from ..serving.server import serve
         from .common import load_encoder_for_cli
 
-        if args.threads is not None:
-            torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads or max(1, torch.get_num_threads() - 1))
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             raise UsageError(f"--device {args.device} but no CUDA device is available")
         model = resolve_model(args.model, who=WHO)

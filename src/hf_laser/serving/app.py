@@ -304,9 +304,12 @@ class EmbeddingService:
         return json_response(out)
 
     async def health(self, request: Request) -> Response:
+        import torch  # loaded with the model
+
         enc = self.encoder
         return json_response({"status": "ok", "model": self.model_id, "dim": enc.dim, "device": str(enc.device),
-                              "quantize": enc.quantize, "uptime_s": round(time.time() - self._started, 1),
+                              "quantize": enc.quantize, "torch_threads": torch.get_num_threads(),
+                              "uptime_s": round(time.time() - self._started, 1),
                               "max_batch_tokens": self._max_batch_tokens,
                               "max_wait_ms": self.batcher.max_wait * 1000,
                               "limits": {"max_inputs": self.limits.max_inputs,
