@@ -3,7 +3,7 @@
 127.0.0.1, the sentences are compared through the API, and the neighbours and scores it shows are checked against
 `LaserEncoder.encode`; a screenshot is taken and read back with tesseract OCR (`apt-get install tesseract-ocr`) for
 the expected text, and its heat map's colours are checked. Skipped, saying why, where Chromium or its driver is
-missing."""
+missing. `HF_LASER_SCREENSHOT=demo.png` keeps the screenshot there, to look at."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from ..langid import detect, is_auto
 from ..preprocessing import _KNOWN_CODES, normalize_lang
-from .batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, DynamicBatcher
+from .batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, BatcherStats, DynamicBatcher
 
 logger = logging.getLogger("hf_laser.serve")
 
@@ -110,6 +110,10 @@ class EmbeddingService:
     async def start(self) -> None:
         self._tokenizer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-laser-tokenizer")
         self.batcher.start()
+        # warm-up: the language detector's model (~0.6 s to load) and a first model call, not in a client's time
+        _, _, ids = await self.token_ids(["Warm-up sentence."], "auto")
+        await self.batcher.embed(ids)
+        self.batcher.stats = BatcherStats()  # the counters start with the clients
 
     async def stop(self) -> None:
         await self.batcher.close()
@@ -163,15 +167,19 @@ class EmbeddingService:
                             "generic rules), as LaserEncoder.encode does")
         return langs, warnings
 
-    def _token_ids(self, texts: list[str], langs: list[str] | str) -> list[list[int]]:
-        if langs == TOK_STAGE:
-            return self.encoder.tokenizer.encode_lines(texts, pretokenized="tok")
-        return self.encoder.token_ids(texts, lang=langs)
+    def _token_ids(self, texts: list[str], lang) -> tuple[list[str] | str, list[str], list[list[int]]]:
+        """`(langs, warnings, ids)`: the languages resolved ([`resolve_langs`]) and the token ids."""
+        if lang == TOK_STAGE:
+            return TOK_STAGE, [], self.encoder.tokenizer.encode_lines(texts, pretokenized="tok")
+        langs, warnings = self.resolve_langs(texts, lang)
+        return langs, warnings, self.encoder.token_ids(texts, lang=langs)
 
-    async def token_ids(self, texts: list[str], langs) -> list[list[int]]:
+    async def token_ids(self, texts: list[str], lang) -> tuple[list[str] | str, list[str], list[list[int]]]:
+        """[`_token_ids`] in the tokenizer thread (language detection and preprocessing are CPU work), with the
+        request-size limit checked."""
         loop = asyncio.get_running_loop()
         try:
-            ids = await loop.run_in_executor(self._tokenizer_pool, self._token_ids, texts, langs)
+            langs, warnings, ids = await loop.run_in_executor(self._tokenizer_pool, self._token_ids, texts, lang)
         except (ValueError, TypeError) as err:
             raise ApiError(400, f"cannot preprocess the input: {err}", param="input") from err
         tokens = sum(len(s) for s in ids)
@@ -179,7 +187,7 @@ class EmbeddingService:
             raise ApiError(413, f"the input is {tokens:,} tokens, over the limit of {self.limits.max_request_tokens:,}"
                                 " per request (--max-request-tokens); send it in several requests",
                            param="input", code="too_many_tokens")
-        return ids
+        return langs, warnings, ids
 
     def check_count(self, n: int, param: str) -> None:
         if n > self.limits.max_inputs:
@@ -241,8 +249,7 @@ class EmbeddingService:
             raise ApiError(400, f"'dimensions' can only be {self.encoder.dim} (this model's size), got {dims!r:.40}",
                            param="dimensions")
         lang = check_lang(body.get("lang", "auto"), len(texts), "lang")
-        langs, warnings = self.resolve_langs(texts, lang)
-        ids = await self.token_ids(texts, langs)
+        langs, warnings, ids = await self.token_ids(texts, lang)
         emb = await self.embed(request, ids)
         if fmt == "base64":
             emb = emb.astype("<f4", copy=False)
@@ -290,12 +297,7 @@ class EmbeddingService:
         lang = lang.strip() if lang and lang.strip() else "en"  # the original's default
         lines = split_lines(q)
         self.check_count(len(lines), "q")
-        warnings = []
-        if lang == TOK_STAGE:
-            langs = TOK_STAGE
-        else:
-            langs, warnings = self.resolve_langs(lines, lang)
-        ids = await self.token_ids(lines, langs)
+        _, warnings, ids = await self.token_ids(lines, lang)
         emb = await self.embed(request, ids)
         # float64 holds the float32 values exactly and prints them as the original server (Flask) did
         out = {"content": q, "embedding": emb.astype(np.float64)}
