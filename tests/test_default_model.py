@@ -133,6 +133,31 @@ def test_wheel_contains_the_default_model(tmp_path):
     assert shipped and shipped <= names, sorted(shipped - names)
     assert "hf_laser/models/__init__.py" in names
 
+    # installed from the wheel (not editable) into a venv with hf_laser's dependencies and nothing of this checkout,
+    # the default model loads offline, from the installed package, and embeds exactly as here
+    from importlib import metadata
+
+    from bare_venv import make_bare_venv
+    from packaging.requirements import Requirement
+
+    requirements = [Requirement(r) for r in metadata.distribution("hf-laser").requires or ()]
+    python = make_bare_venv(tmp_path / "venv", [r.name for r in requirements
+                                                if r.marker is None or r.marker.evaluate({"extra": ""})])
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    zipfile.ZipFile(wheel).extractall(site)
+    sentences = example("de")[:3]
+    script = ("import json, sys, hf_laser; from hf_laser import LaserEncoder; "
+              "e = LaserEncoder.from_pretrained().encode(json.loads(sys.argv[1]), lang='de'); "
+              "print(hf_laser.__file__); print(json.dumps(e.tolist()))")
+    result = subprocess.run([str(python), "-c", script, json.dumps(sentences)], capture_output=True, text=True,
+                            cwd=tmp_path, env={**OFFLINE, "PYTHONPATH": ""})
+    assert result.returncode == 0, result.stderr[-3000:]
+    location, embeddings = result.stdout.splitlines()[-2:]
+    assert location.startswith(site) and str(REPO) not in location
+    expected = LaserEncoder.from_pretrained().encode(sentences, lang="de")
+    assert np.abs(np.array(json.loads(embeddings)) - expected).max() < 1e-6
+
 
 def test_shipped_directory_holds_no_code():
     """The shipped model is weights, config, tokenizer files, model card and plot: with hf_laser installed the
