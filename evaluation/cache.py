@@ -8,7 +8,8 @@ Layout::
 The key hashes the model fingerprint (weights, config, tokenizer, hf_laser version), the exact content of the texts
 (for a file: its lines split on '\\n'), the language, the input kind (raw text / pre-tokenized) and the dtype, so a
 changed file, model or tokenizer never reuses stale vectors. Writes are atomic (a partial file is renamed when
-complete), so an interrupted run never leaves a truncated entry; files are streamed through
+complete), so an interrupted run never leaves a truncated entry; one process computes an entry at a time (the others
+wait for its lock, `<key>.npy.lock`, then reuse it); files are streamed through
 `LaserEncoder.encode_file`, which resumes where a killed run stopped.
 
 The default directory is `$HF_LASER_CACHE`, else `$XDG_CACHE_HOME/hf_laser/embeddings` (`~/.cache/...`).
@@ -19,15 +20,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from hf_laser.encoder import batched, count_lines, read_lines
-from hf_laser.outputs import NpyFile, OutputFiles, model_identity, write_json_atomic, write_npy_atomic
+from hf_laser.outputs import NpyFile, OutputFiles, model_identity, output_lock, write_json_atomic, write_npy_atomic
 
 CACHE_VERSION = 1
 TEXT_CHUNK = 20_000
@@ -138,6 +141,18 @@ class EmbeddingCache:
         self.hits += 1
         return arr
 
+    @contextmanager
+    def _writing(self, key: str) -> Iterator[None]:
+        """Holds the lock of the entry `key` (`hf_laser.outputs.output_lock`, waiting for another process that
+        computes it), so that two evaluations sharing a cache never write one entry at once."""
+        if not self.enabled:
+            yield
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with output_lock(self.dir / f"{key}.npy", wait=True,
+                         say=lambda m: print(f"embedding cache: {m}", file=sys.stderr)):
+            yield
+
     def _store_meta(self, key: str, meta: dict) -> None:
         write_json_atomic(self.dir / f"{key}.json", meta)
 
@@ -148,21 +163,22 @@ class EmbeddingCache:
         texts = list(texts)
         kind = "bpe" if pretokenized else "text"
         key = self.key(texts_digest(texts), lang, kind)
-        hit = self._lookup(key, len(texts))
-        if hit is not None:
-            return hit
-        self.misses += 1
-        t0 = time.time()
-        desc = f"embed {name or 'texts'} [{lang}]"
-        if not self.enabled:
-            return self._encode_chunks(texts, lang, pretokenized, None, desc)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        partial = self.dir / f"{key}.partial{os.getpid()}.npy"
-        self._encode_chunks(texts, lang, pretokenized, partial, desc)
-        os.replace(partial, self.dir / f"{key}.npy")
-        self._store_meta(key, {"source": name, "lang": lang, "kind": kind, "n": len(texts),
-                               "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
-        return np.load(self.dir / f"{key}.npy", mmap_mode="r")
+        with self._writing(key):  # one process computes an entry; the others wait and reuse it
+            hit = self._lookup(key, len(texts))
+            if hit is not None:
+                return hit
+            self.misses += 1
+            t0 = time.time()
+            desc = f"embed {name or 'texts'} [{lang}]"
+            if not self.enabled:
+                return self._encode_chunks(texts, lang, pretokenized, None, desc)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            partial = self.dir / f"{key}.partial{os.getpid()}.npy"
+            self._encode_chunks(texts, lang, pretokenized, partial, desc)
+            os.replace(partial, self.dir / f"{key}.npy")
+            self._store_meta(key, {"source": name, "lang": lang, "kind": kind, "n": len(texts),
+                                   "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
+            return np.load(self.dir / f"{key}.npy", mmap_mode="r")
 
     def _encode_chunks(self, texts, lang, pretokenized, path, desc) -> np.ndarray | None:
         """The embeddings of `texts`, chunk by chunk: in memory (`path` None), or written into the `.npy` file
@@ -197,26 +213,29 @@ class EmbeddingCache:
         n = count_lines(path)
         kind = "bpe" if pretokenized else "text"
         key = self.key(digest, lang, kind)
-        hit = self._lookup(key, n)
-        if hit is not None:
-            return hit
-        self.misses += 1
-        if not self.enabled:
-            return self.encoder.encode(list(read_lines(path)), lang, pretokenized=pretokenized,
-                                       show_progress_bar=self.show_progress, **self.encode_kwargs).astype(self.dtype)
-        t0 = time.time()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        partial = self.dir / f"{key}.partial.npy"  # same name across runs: encode_file resumes it
-        kw = {k: v for k, v in self.encode_kwargs.items() if k in ("max_tokens", "batch_size", "device", "num_proc")}
-        out = self.encoder.encode_file(path, partial, lang=lang, pretokenized=pretokenized, fp16=self.fp16,
-                                       show_progress_bar=self.show_progress and n >= 1000, resume=True, **kw)
-        del out
-        os.replace(partial, self.dir / f"{key}.npy")
-        # the cache's own metadata (keyed on content, model and options) replaces encode_file's manifest
-        OutputFiles(partial).manifest.unlink(missing_ok=True)
-        self._store_meta(key, {"source": str(path), "lang": lang, "kind": kind, "n": n,
-                               "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
-        return np.load(self.dir / f"{key}.npy", mmap_mode="r")
+        with self._writing(key):  # one process computes an entry; the others wait and reuse it
+            hit = self._lookup(key, n)
+            if hit is not None:
+                return hit
+            self.misses += 1
+            if not self.enabled:
+                return self.encoder.encode(list(read_lines(path)), lang, pretokenized=pretokenized,
+                                           show_progress_bar=self.show_progress,
+                                           **self.encode_kwargs).astype(self.dtype)
+            t0 = time.time()
+            self.dir.mkdir(parents=True, exist_ok=True)
+            partial = self.dir / f"{key}.partial.npy"  # same name across runs: encode_file resumes it
+            kw = {k: v for k, v in self.encode_kwargs.items()
+                  if k in ("max_tokens", "batch_size", "device", "num_proc")}
+            out = self.encoder.encode_file(path, partial, lang=lang, pretokenized=pretokenized, fp16=self.fp16,
+                                           show_progress_bar=self.show_progress and n >= 1000, resume=True, **kw)
+            del out
+            os.replace(partial, self.dir / f"{key}.npy")
+            # the cache's own metadata (keyed on content, model and options) replaces encode_file's manifest
+            OutputFiles(partial).manifest.unlink(missing_ok=True)
+            self._store_meta(key, {"source": str(path), "lang": lang, "kind": kind, "n": n,
+                                   "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
+            return np.load(self.dir / f"{key}.npy", mmap_mode="r")
 
     # ------------------------------------------------------------------ documents
     def embed_documents(self, docs: Sequence[str], lang: str, *, pretokenized: bool = False,
@@ -228,39 +247,40 @@ class EmbeddingCache:
         docs = list(docs)
         kind = "doc-bpe" if pretokenized else "doc-text"
         key = self.key(texts_digest(docs), lang, kind)
-        hit = self._lookup(key, len(docs))
-        if hit is not None:
-            return hit
-        self.misses += 1
-        t0 = time.time()
-        enc = self.encoder
-        if pretokenized:
-            tok_docs = docs
-        else:
-            if enc.tokenizer is None:
-                raise ValueError("this model has no tokenizer: pass pretokenized=True with BPE-tokenised documents")
-            tok_docs = enc.tokenizer.pipeline.process(docs, lang, stage="tok")
-        pieces, owner = [], []
-        for i, doc in enumerate(tok_docs):
-            for piece in split_at_periods(doc):
-                pieces.append(piece)
-                owner.append(i)
-        if pretokenized:
-            ids = enc.token_ids(pieces, pretokenized=True)
-        else:
-            ids = enc.tokenizer.encode_lines(pieces, lang=lang, pretokenized="tok",
-                                             num_proc=self.encode_kwargs.get("num_proc", 1))
-        kw = {k: v for k, v in self.encode_kwargs.items() if k in ("max_tokens", "batch_size", "device")}
-        sent = enc.encode_ids(ids, show_progress_bar=self.show_progress and len(ids) >= 1000, **kw).numpy()
-        owner = np.asarray(owner)
-        sums = np.zeros((len(docs), enc.dim), dtype=np.float64)
-        np.add.at(sums, owner, sent)
-        counts = np.bincount(owner, minlength=len(docs))
-        out = (sums / counts[:, None]).astype(self.dtype)
-        if not self.enabled:
-            return out
-        self.dir.mkdir(parents=True, exist_ok=True)
-        write_npy_atomic(self.dir / f"{key}.npy", out)
-        self._store_meta(key, {"source": name, "lang": lang, "kind": kind, "n": len(docs), "sentences": len(pieces),
-                               "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
-        return np.load(self.dir / f"{key}.npy", mmap_mode="r")
+        with self._writing(key):  # one process computes an entry; the others wait and reuse it
+            hit = self._lookup(key, len(docs))
+            if hit is not None:
+                return hit
+            self.misses += 1
+            t0 = time.time()
+            enc = self.encoder
+            if pretokenized:
+                tok_docs = docs
+            else:
+                if enc.tokenizer is None:
+                    raise ValueError("this model has no tokenizer: pass pretokenized=True with BPE-tokenised documents")
+                tok_docs = enc.tokenizer.pipeline.process(docs, lang, stage="tok")
+            pieces, owner = [], []
+            for i, doc in enumerate(tok_docs):
+                for piece in split_at_periods(doc):
+                    pieces.append(piece)
+                    owner.append(i)
+            if pretokenized:
+                ids = enc.token_ids(pieces, pretokenized=True)
+            else:
+                ids = enc.tokenizer.encode_lines(pieces, lang=lang, pretokenized="tok",
+                                                 num_proc=self.encode_kwargs.get("num_proc", 1))
+            kw = {k: v for k, v in self.encode_kwargs.items() if k in ("max_tokens", "batch_size", "device")}
+            sent = enc.encode_ids(ids, show_progress_bar=self.show_progress and len(ids) >= 1000, **kw).numpy()
+            owner = np.asarray(owner)
+            sums = np.zeros((len(docs), enc.dim), dtype=np.float64)
+            np.add.at(sums, owner, sent)
+            counts = np.bincount(owner, minlength=len(docs))
+            out = (sums / counts[:, None]).astype(self.dtype)
+            if not self.enabled:
+                return out
+            self.dir.mkdir(parents=True, exist_ok=True)
+            write_npy_atomic(self.dir / f"{key}.npy", out)
+            self._store_meta(key, {"source": name, "lang": lang, "kind": kind, "n": len(docs), "sentences": len(pieces),
+                                   "dtype": np.dtype(self.dtype).name, "seconds": round(time.time() - t0, 3)})
+            return np.load(self.dir / f"{key}.npy", mmap_mode="r")

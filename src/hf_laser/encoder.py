@@ -31,13 +31,14 @@ from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError, one_line, run_
 from .langid import CHECK_SAMPLE, warn_at_caller
 from .modeling_laser import LaserModel
 from .outputs import (MANIFEST_FORMAT, OutputFiles, embedding_identity, identity_changes,  # noqa: F401 (re-exported)
-                      model_sha256, scan_input, tokenizer_sha256, write_json_atomic)
+                      model_sha256, output_lock, scan_input, tokenizer_sha256, write_json_atomic)
 from .models import check_model_dir, looks_local, resolve_model  # noqa: F401 (re-exported)
 from .tokenization_laser import LaserInputError, LaserTokenizer, _check_lang, _check_lines_arg
 from .tokenization_laser import read_lines as tokenizer_read_lines
 
 PROGRESS_BAR_MIN_SENTENCES = 10_000  # `encode`'s default progress-bar threshold
 PROGRESS_BAR_DELAY_S = 2.0  # `encode_file`'s bar appears only for runs longer than this
+PROGRESS_SAVE_S = 5.0  # `encode_file` saves what it computed of a chunk after this much work (an interrupt loses less)
 
 
 def plan_batches(lengths: Sequence[int], max_tokens: int | None = DEFAULT_MAX_TOKENS,
@@ -227,7 +228,8 @@ class LaserEncoder:
                    show_progress_bar: bool | None = None,
                    progress: Callable[[int], None] | None = None,
                    max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS,
-                   on_truncated: Callable[[list[tuple[int, int]]], None] | None = None) -> torch.Tensor:
+                   on_truncated: Callable[[list[tuple[int, int]]], None] | None = None,
+                   _checkpoint: _ChunkCheckpoint | None = None) -> torch.Tensor:
         """Embeds id sequences (each ending with `</s>`). Returns a CPU float32 tensor `(len(ids), dim)` in input
         order, whatever the model dtype. `progress`, if given, is called with the number of (distinct) sentences
         of each batch once it is embedded.
@@ -281,15 +283,25 @@ class LaserEncoder:
         # not a decorator: the truncation warning above must point at the caller, not at torch's wrapper
         with torch.inference_mode():
             return self._encode_unique(unique, lengths, inverse, out, device=device, max_tokens=max_tokens,
-                                       batch_size=batch_size, show_progress_bar=show_progress_bar, progress=progress)
+                                       batch_size=batch_size, show_progress_bar=show_progress_bar, progress=progress,
+                                       checkpoint=_checkpoint)
 
     def _encode_unique(self, unique, lengths, inverse, out, *, device, max_tokens, batch_size, show_progress_bar,
-                       progress) -> torch.Tensor:
+                       progress, checkpoint: _ChunkCheckpoint | None = None) -> torch.Tensor:
         """[`encode_ids`] on the distinct sequences `unique` (`lengths`), written to `out[i] = emb[inverse[i]]`."""
         vocab_size = self.model.config.vocab_size
         unique_out = torch.empty((len(unique), self.dim), dtype=torch.float32)
         with tqdm(total=len(unique), disable=not show_progress_bar, unit="sent", desc="embedding") as bar:
-            for batch in plan_batches(lengths, max_tokens, batch_size):
+            plan = plan_batches(lengths, max_tokens, batch_size)
+            skip = checkpoint.restore(plan, unique_out) if checkpoint is not None else 0
+            if skip:
+                restored = sum(len(b) for b in plan[:skip])
+                bar.update(restored)
+                if progress is not None:
+                    progress(restored)
+            for b, batch in enumerate(plan):
+                if b < skip:
+                    continue
                 batch_lengths = np.array([lengths[i] for i in batch])
                 # np.array, not np.fromiter(..., np.int64): that one turns "5" and 2.5 into ids without a word
                 flat = np.array(list(chain.from_iterable(unique[i] for i in batch)))
@@ -307,6 +319,8 @@ class LaserEncoder:
                 bar.update(len(batch))
                 if progress is not None:
                     progress(len(batch))
+                if checkpoint is not None:
+                    checkpoint.batch_done(b + 1, plan, unique_out)
         torch.index_select(unique_out, 0, torch.from_numpy(inverse), out=out)
         return out
 
@@ -358,7 +372,7 @@ class LaserEncoder:
                     batch_size: int | None = None, chunk_lines: int = DEFAULT_CHUNK_LINES,
                     normalize_embeddings: bool = False, device: str | torch.device | None = None,
                     show_progress_bar: bool | None = None, resume: bool = True, num_proc: int = 1,
-                    max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS) -> np.ndarray:
+                    max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS, wait: bool = False) -> np.ndarray:
         """Embeds a text file (one sentence per line, split on `'\\n'` only) into a `.npy` file, streaming.
 
         `lang` as in [`encode`] (one code, `"auto"`, or None: the default language, checked against the first 100
@@ -367,7 +381,9 @@ class LaserEncoder:
         embedded as usual.
 
         The rows are written chunk by chunk (`chunk_lines` lines in memory at a time) into `OUTPUT.partial`, which
-        is renamed to `OUTPUT` once complete, so `OUTPUT` is never a half-written file. `OUTPUT.manifest.json`
+        is renamed to `OUTPUT` once complete, so `OUTPUT` is never a half-written file. Progress is saved after every
+        chunk with its sha256, and inside a chunk every `PROGRESS_SAVE_S` (5) seconds of work (the batches done, in
+        `OUTPUT.partial.chunk`); a resume checks the checksums of what it keeps and starts over when rows changed. `OUTPUT.manifest.json`
         records what `OUTPUT` was computed from (see [`embedding_identity`]: the input's sha256, size and line count,
         the language, hashes of the model weights and tokenizer files, model dtype, quantisation, `fp16`,
         `normalize_embeddings`, the batching, the hf-laser version; plus, for information, the input's path and
@@ -380,8 +396,11 @@ class LaserEncoder:
           hf-laser; a modified, truncated or unreadable file) is recomputed, and a line on stderr says why.
 
         `resume=False` always recomputes. An `OUTPUT` that is not a `.npy` file is never replaced without
-        `resume=False`. The disk space is reserved before the first chunk (`posix_fallocate`): a full disk or an
-        I/O error raises [`EmbeddingWriteError`] and keeps what was done, so the same call resumes.
+        `resume=False`. One run at a time writes an output: the run holds `OUTPUT.lock` (an OS file lock, see
+        [`hf_laser.outputs.output_lock`]) from before it looks at `OUTPUT` until `OUTPUT` and its manifest are
+        written; another run of the same output raises [`hf_laser.outputs.OutputBusyError`] naming the process that
+        holds it, or with `wait=True` waits for it (and then reuses or resumes what it left). The disk space is
+        reserved before the first chunk (`posix_fallocate`): a full disk or an I/O error raises [`EmbeddingWriteError`] and keeps what was done, so the same call resumes.
 
         Returns:
             The output as a read-only memory-mapped array (float32, or float16 with `fp16=True`).
@@ -390,12 +409,12 @@ class LaserEncoder:
                                  max_tokens=max_tokens, batch_size=batch_size, chunk_lines=chunk_lines,
                                  normalize_embeddings=normalize_embeddings, device=device,
                                  show_progress_bar=show_progress_bar, resume=resume, num_proc=num_proc,
-                                 max_sentence_tokens=max_sentence_tokens)[0]
+                                 max_sentence_tokens=max_sentence_tokens, wait=wait)[0]
 
     def _encode_file(self, input_path, output_path, *, lang, pretokenized, fp16, max_tokens, batch_size, chunk_lines,
                      normalize_embeddings, device, show_progress_bar, resume, num_proc,
                      max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS, say=_say,
-                     fresh_reason: str = "resume=False") -> tuple[np.ndarray, dict]:
+                     fresh_reason: str = "resume=False", wait: bool = False) -> tuple[np.ndarray, dict]:
         """[`encode_file`], also returning `{"lines", "computed", "resumed_at", "reused", "seconds"}`."""
         t0 = time.perf_counter()
         input_path, output_path = Path(input_path), Path(output_path)
@@ -421,66 +440,105 @@ class LaserEncoder:
         identity = embedding_identity(self, info, lang=lang, pretokenized=pretokenized, fp16=fp16,
                                       normalize=normalize_embeddings, max_tokens=max_tokens, batch_size=batch_size,
                                       chunk_lines=chunk_lines, max_sentence_tokens=max_sentence_tokens)
-        files = OutputFiles(output_path)
-        stats = {"lines": n, "computed": 0, "resumed_at": 0, "reused": False, "seconds": 0.0}
-        done = None
-        if resume:
-            why = files.complete_status(identity, shape, dtype)
-            if why is None:
-                say(f"{output_path} is up to date (same input, model and options): reused "
-                    f"({'--overwrite' if say is not _say else 'resume=False'} recomputes it)")
-                stats.update(reused=True, seconds=time.perf_counter() - t0)
-                return np.load(output_path, mmap_mode="r"), stats
-            done = files.resumable_lines(identity, shape, dtype, say)
-            if why and done is None:
-                say(f"recomputing {output_path}: {why}")
-            elif done is not None:
-                say(f"resuming {output_path} at line {done:,} of {n:,}")
-        elif output_path.exists() or files.partial.exists():
-            say(f"recomputing {output_path} from scratch ({fresh_reason})")
-        writer = files.start(identity, info, shape, dtype, done)
-        try:
-            done = stats["resumed_at"] = writer.done
-            if show_progress_bar is None:
-                show_progress_bar = sys.stderr.isatty()
-            chunks = batched(read_lines(input_path, start=done), chunk_lines)
+        output_path.parent.mkdir(parents=True, exist_ok=True)
+        # one writer per output: taken before anything of it is read or deleted, held until OUT and its manifest
+        # are written
+        with output_lock(output_path, wait=wait, say=say):
+            files = OutputFiles(output_path)
+            stats = {"lines": n, "computed": 0, "resumed_at": 0, "reused": False, "seconds": 0.0}
+            done = None
+            if resume:
+                why = files.complete_status(identity, shape, dtype)
+                if why is None:
+                    say(f"{output_path} is up to date (same input, model and options): reused "
+                        f"({'--overwrite' if say is not _say else 'resume=False'} recomputes it)")
+                    stats.update(reused=True, seconds=time.perf_counter() - t0)
+                    return np.load(output_path, mmap_mode="r"), stats
+                done = files.resumable_lines(identity, shape, dtype, say)
+                if why and done is None:
+                    say(f"recomputing {output_path}: {why}")
+                elif done is not None:
+                    part = files.chunk_state
+                    say(f"resuming {output_path} at line {done:,} of {n:,}" + (
+                        f" (with {part['rows']:,} sentences of the next chunk saved)" if part else ""))
+            elif output_path.exists() or files.partial.exists():
+                say(f"recomputing {output_path} from scratch ({fresh_reason})")
+            writer = files.start(identity, info, shape, dtype, done)
+            try:
+                done = stats["resumed_at"] = writer.done
+                if show_progress_bar is None:
+                    show_progress_bar = sys.stderr.isatty()
+                chunks = batched(read_lines(input_path, start=done), chunk_lines)
 
-            def report_truncated(cut, first_line):
-                message = truncation_message([f"line {first_line + i:,} ({n:,} tokens)" for i, n in cut],
-                                             max_sentence_tokens) + f" [{input_path}]"
-                if say is _say:  # the Python API: a warning; the command line: its own stderr line
-                    warn_at_caller(message)
-                else:
-                    say(message)
+                def report_truncated(cut, first_line):
+                    message = truncation_message([f"line {first_line + i:,} ({n:,} tokens)" for i, n in cut],
+                                                 max_sentence_tokens) + f" [{input_path}]"
+                    if say is _say:  # the Python API: a warning; the command line: its own stderr line
+                        warn_at_caller(message)
+                    else:
+                        say(message)
 
-            tokenize = partial(self.token_ids, lang=lang, pretokenized=pretokenized, num_proc=num_proc)
-            # The next chunk is tokenized (in a thread, or worker processes with num_proc > 1) while this one is
-            # encoded.
-            with tqdm(total=n, initial=done, disable=not show_progress_bar, unit="line", desc="embedding",
-                      delay=PROGRESS_BAR_DELAY_S, file=sys.stderr, dynamic_ncols=True) as bar, \
-                    ThreadPoolExecutor(max_workers=1) as pool:
-                pending = pool.submit(tokenize, next(chunks, []))
-                while ids := pending.result():
+                tokenize = partial(self.token_ids, lang=lang, pretokenized=pretokenized, num_proc=num_proc)
+                # The next chunk is tokenized (in a thread, or worker processes with num_proc > 1) while this one is
+                # encoded.
+                with tqdm(total=n, initial=done, disable=not show_progress_bar, unit="line", desc="embedding",
+                          delay=PROGRESS_BAR_DELAY_S, file=sys.stderr, dynamic_ncols=True) as bar, \
+                        ThreadPoolExecutor(max_workers=1) as pool:
                     pending = pool.submit(tokenize, next(chunks, []))
-                    emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
-                                          show_progress_bar=False, progress=bar.update,
-                                          max_sentence_tokens=max_sentence_tokens,
-                                          on_truncated=partial(report_truncated, first_line=writer.done + 1))
-                    if normalize_embeddings:
-                        emb = torch.nn.functional.normalize(emb, dim=-1)
-                    writer.append(emb.numpy())
-                    bar.update(writer.done - bar.n)  # the batches counted distinct sentences; repeated lines come here
-            writer.close()
-            st = input_path.stat()
-            if (st.st_size, st.st_mtime_ns) != (info["size"], info["mtime_ns"]):
-                files.discard_partial()
-                raise ValueError(f"{input_path} changed while it was being embedded; run again once it is final")
-            seconds = time.perf_counter() - t0
-            writer.commit(device=str(self.device), seconds=round(seconds, 3), resumed_at=stats["resumed_at"])
-        finally:
-            writer.close()
-        stats.update(computed=n - stats["resumed_at"], seconds=seconds)
-        return np.load(output_path, mmap_mode="r"), stats
+                    while ids := pending.result():
+                        pending = pool.submit(tokenize, next(chunks, []))
+                        emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
+                                              show_progress_bar=False, progress=bar.update,
+                                              max_sentence_tokens=max_sentence_tokens,
+                                              on_truncated=partial(report_truncated, first_line=writer.done + 1),
+                                              _checkpoint=_ChunkCheckpoint(writer, writer.chunk_part(self.dim)))
+                        if normalize_embeddings:
+                            emb = torch.nn.functional.normalize(emb, dim=-1)
+                        writer.append(emb.numpy())
+                        # the batches counted distinct sentences; repeated lines come here
+                        bar.update(writer.done - bar.n)
+                writer.close()
+                st = input_path.stat()
+                if (st.st_size, st.st_mtime_ns) != (info["size"], info["mtime_ns"]):
+                    files.discard_partial()
+                    raise ValueError(f"{input_path} changed while it was being embedded; run again once it is final")
+                seconds = time.perf_counter() - t0
+                writer.commit(device=str(self.device), seconds=round(seconds, 3), resumed_at=stats["resumed_at"])
+            finally:
+                writer.close()
+            stats.update(computed=n - stats["resumed_at"], seconds=seconds)
+            return np.load(output_path, mmap_mode="r"), stats
+
+
+class _ChunkCheckpoint:
+    """What `encode_file` keeps of the chunk it is encoding: after every batch that ends more than
+    `PROGRESS_SAVE_S` seconds of work after the last save, the rows of the batches done since go to the writer
+    ([`hf_laser.outputs.ResumableWriter.save_chunk_part`]); a resumed run puts them back (`saved`: `(batches,
+    rows)`) and encodes only the remaining batches. The batches of a chunk are a function of its lines (tokenizer,
+    deduplication, `plan_batches`), so the chunk ends bit-identical to an uninterrupted run."""
+
+    def __init__(self, writer, saved: tuple[int, np.ndarray] | None):
+        self.writer, self.saved, self.batches, self.last = writer, saved, 0, time.monotonic()
+
+    def restore(self, plan: list[np.ndarray], unique_out: torch.Tensor) -> int:
+        """Batches of `plan` already done (their rows written into `unique_out`); 0 when nothing matches."""
+        if self.saved is None:
+            return 0
+        batches, rows = self.saved
+        self.saved = None
+        if not 0 < batches <= len(plan) or sum(len(b) for b in plan[:batches]) != len(rows):
+            self.writer.chunk_state = None  # not this chunk's batches: it is encoded whole
+            return 0
+        unique_out[torch.from_numpy(np.concatenate(plan[:batches]))] = torch.from_numpy(rows)
+        self.batches = batches
+        return batches
+
+    def batch_done(self, batches: int, plan: list[np.ndarray], unique_out: torch.Tensor) -> None:
+        if batches >= len(plan) or time.monotonic() - self.last < PROGRESS_SAVE_S:
+            return  # (the chunk's last batch: the whole chunk is written next)
+        new = np.concatenate(plan[self.batches:batches])
+        self.writer.save_chunk_part(batches, unique_out[torch.from_numpy(new)].numpy())
+        self.batches, self.last = batches, time.monotonic()
 
 
 def _raise_non_integer(unique: list[tuple], inverse: np.ndarray) -> None:

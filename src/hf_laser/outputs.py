@@ -8,6 +8,10 @@
   written), `OUT.partial` + `OUT.partial.json` (a run in progress and how far it got). [`OutputFiles.start`] gives a
   [`ResumableWriter`]: rows are written at their offsets with plain positioned writes and fsynced before the
   progress record says so; `OUT` appears only by the final rename, its manifest right after.
+* **One writer at a time** ([`output_lock`]): every writer of `OUT` holds an exclusive lock on `OUT.lock`
+  (`filelock`, an OS-level lock released by the kernel when its process dies) from before it reads or deletes
+  anything until `OUT` and its manifest are written; a second writer stops at once with an [`OutputBusyError`]
+  naming the process that holds it, or waits (`wait=True`).
 * **Low level**: [`NpyFile`] (a `.npy` written row by row, its disk space reserved up front, so a full disk fails
   with ENOSPC instead of a SIGBUS), [`write_json_atomic`], [`write_npy_atomic`], [`npy_header`].
 
@@ -21,7 +25,10 @@ import errno
 import hashlib
 import json
 import os
+import socket
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +51,8 @@ __all__ = [
     "NpyFile",
     "OutputFiles",
     "ResumableWriter",
+    "OutputBusyError",
+    "output_lock",
 ]
 
 MANIFEST_FORMAT = "hf-laser-embeddings/1"
@@ -301,6 +310,66 @@ class NpyFile:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# One writer at a time
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class OutputBusyError(UsageError):
+    """Another process is writing this output (its lock is held): the command line says so in one line, exit 2."""
+
+
+def lock_path(output: str | os.PathLike) -> Path:
+    """`OUT.lock`, the lock file of the output `OUT` (it exists while a run holds it)."""
+    output = Path(output)
+    return output.with_name(output.name + ".lock")
+
+
+def _lock_holder(path: Path) -> str:
+    """Who holds the lock file `path`, as its holder wrote it ("process 1234 on host")."""
+    try:
+        pid, _, host = path.read_text(encoding="utf-8").strip().partition(" ")
+    except OSError:
+        pid = host = ""
+    if not pid.isdigit():
+        return "another process"
+    return f"process {pid}" + (f" on {host}" if host and host != socket.gethostname() else "")
+
+
+@contextmanager
+def output_lock(output: str | os.PathLike, *, wait: bool = False,
+                say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Holds the exclusive lock of the output `output` (`OUT.lock`, a `filelock.FileLock`: an OS lock, released
+    when its process ends however it ends) for the duration of the block. Reentrant within a process (an
+    `embed_shards` shard locks the `.npy` that `encode_file` locks again). When another process holds it: an
+    [`OutputBusyError`] naming that process, or with `wait=True` a line through `say` and a wait until it is free.
+    The directory of `output` must exist."""
+    from filelock import FileLock, Timeout
+
+    path = lock_path(output)
+    lock = FileLock(path, is_singleton=True, thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        holder = _lock_holder(path)
+        if not wait:
+            raise OutputBusyError(f"{output} is being written by {holder} (lock {path}); wait until it is done "
+                                  "(--wait / wait=True waits for it), or write to another output") from None
+        if say is not None:
+            say(f"waiting for {holder}, which is writing {output}")
+        lock.acquire()
+    try:
+        if lock.lock_counter == 1:
+            path.write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="utf-8")
+        yield
+    finally:
+        if lock.lock_counter == 1:
+            # removed while still held (filelock's waiters notice an unlinked lock file and take the new one), so
+            # that no OUT.lock is left next to the output
+            path.unlink(missing_ok=True)
+        lock.release()
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The files of one output, and writing it resumably
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -316,7 +385,10 @@ class OutputFiles:
         self.manifest = output.with_name(output.name + ".manifest.json")
         self.partial = output.with_name(output.name + ".partial")
         self.progress = output.with_name(output.name + ".partial.json")
+        self.chunk = output.with_name(output.name + ".partial.chunk")  # the saved part of the chunk in progress
+        self.chunk_state: dict | None = None
         self.legacy_progress = output.with_name(output.name + ".progress.json")
+        self.lock = lock_path(output)
 
     def complete_status(self, identity: dict, shape: tuple, dtype: np.dtype) -> str | None:
         """None when `OUT` is complete and was computed from `identity`; otherwise why it cannot be used ("" when
@@ -336,6 +408,8 @@ class OutputFiles:
         try:
             manifest = read_json(self.manifest)
             old, recorded = manifest["identity"], manifest["output"]
+            if not isinstance(old, dict) or not isinstance(recorded, dict):
+                raise TypeError("identity / output are not objects")
         except (ValueError, KeyError, TypeError, OSError) as err:
             return f"its manifest {self.manifest.name} is unreadable ({type(err).__name__})"
         if manifest.get("format") != MANIFEST_FORMAT:
@@ -351,7 +425,10 @@ class OutputFiles:
 
     def resumable_lines(self, identity: dict, shape: tuple, dtype: np.dtype, say) -> int | None:
         """Lines already done by an interrupted run of the same computation; None (and the reason said) when there
-        is none to resume or it cannot be trusted."""
+        is none to resume or it cannot be trusted. The rows it keeps are checked against the checksums the
+        progress record holds (per chunk, and for the part of a chunk saved by time): a changed byte starts over.
+        What was saved of the chunk in progress is left in `self.chunk_state` for [`start`]."""
+        self.chunk_state = None
         if not self.partial.exists() and not self.progress.exists():
             return None
         why = None
@@ -367,6 +444,8 @@ class OutputFiles:
                     why = f"its progress record has format {fmt!r}, not {MANIFEST_FORMAT!r} (another hf-laser version)"
                 else:
                     old, done = state["identity"], state["lines_done"]
+                    if not isinstance(old, dict):
+                        raise TypeError("identity is not an object")
             except (ValueError, KeyError, TypeError, OSError) as err:
                 why = f"its progress record {self.progress.name} is unreadable ({type(err).__name__})"
             if why is None and (changes := identity_changes(old, identity)):
@@ -380,6 +459,8 @@ class OutputFiles:
                         why = f"{self.partial.name} holds {p_shape} {p_dtype}, expected {shape} {dtype}"
                     elif self.partial.stat().st_size < header + done * shape[1] * dtype.itemsize:
                         why = f"{self.partial.name} is truncated"
+                    else:
+                        why = self._check_rows(state, done, shape, dtype, header)
                 except (ValueError, OSError, EOFError) as err:
                     why = f"{self.partial.name} is not a valid .npy file ({err})"
             if why is None:
@@ -388,9 +469,43 @@ class OutputFiles:
         self.discard_partial()
         return None
 
+    def _check_rows(self, state: dict, done: int, shape: tuple, dtype: np.dtype, header: int) -> str | None:
+        """None when the rows `[0, done)` of `OUT.partial` (and the saved part of the chunk in progress,
+        `OUT.partial.chunk`) still have the checksums the progress record gives them; otherwise what differs."""
+        chunks = state.get("chunks")
+        if not (isinstance(chunks, list) and all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], int)
+                                                 and isinstance(c[1], str) for c in chunks)):
+            return "its progress record has no valid checksums (written by an older hf-laser)"
+        if [c[0] for c in chunks] != sorted({c[0] for c in chunks}) or (chunks[-1][0] if chunks else 0) != done:
+            return "its progress record's checksums do not cover the lines it claims done"
+        row_bytes = shape[1] * dtype.itemsize
+        start = 0
+        with open(self.partial, "rb") as f:
+            for end, digest in chunks:
+                f.seek(header + start * row_bytes)
+                if _sha256_of(f, (end - start) * row_bytes) != digest:
+                    return (f"lines {start + 1:,}-{end:,} of {self.partial.name} changed since they were written "
+                            "(checksum)")
+                start = end
+        current = state.get("current")
+        if current is None:
+            return None
+        try:
+            rows, batches, digest = int(current["rows"]), int(current["batches"]), str(current["sha256"])
+            with open(self.chunk, "rb") as f:
+                ok = _sha256_of(f, rows * shape[1] * 4) == digest
+        except (KeyError, TypeError, ValueError, OSError):
+            ok = False
+        if not ok:  # only the part of one chunk is lost: resume at the chunk's start
+            self.chunk.unlink(missing_ok=True)
+            return None
+        self.chunk_state = {"rows": rows, "batches": batches, "sha256": digest}
+        return None
+
     def discard_partial(self) -> None:
         self.progress.unlink(missing_ok=True)
         self.partial.unlink(missing_ok=True)
+        self.chunk.unlink(missing_ok=True)
 
     def start(self, identity: dict, input_info: dict, shape: tuple, dtype, done: int | None) -> ResumableWriter:
         """A [`ResumableWriter`] of `OUT.partial`: a new one (`done=None`: any partial state is discarded), or the
@@ -398,21 +513,39 @@ class OutputFiles:
         return ResumableWriter(self, identity, input_info, shape, dtype, done)
 
 
+def _sha256_of(f, length: int) -> str:
+    """sha256 of the next `length` bytes of the open file `f` (fewer when it ends first)."""
+    digest = hashlib.sha256()
+    while length > 0 and (block := f.read(min(length, 1 << 24))):
+        digest.update(block)
+        length -= len(block)
+    return digest.hexdigest()
+
+
 class ResumableWriter:
     """Writes an output's rows in order into `OUT.partial`, each chunk fsynced before the progress record
-    (`OUT.partial.json`) counts it, so a killed run resumes where its last record says; [`commit`] renames it to
-    `OUT` and writes the manifest. A full disk or an I/O error raises an [`EmbeddingWriteError`] that keeps the
-    state reached (the space of all rows is reserved first, so a full disk usually fails before any work)."""
+    (`OUT.partial.json`) counts it, with its sha256, so a killed run resumes where its last record says and a
+    changed byte of the rows it keeps is noticed; [`commit`] renames it to `OUT` and writes the manifest.
+
+    Within a chunk, [`save_chunk_part`] keeps what is computed so far (the encoder's rows of the batches done, in
+    `OUT.partial.chunk`, with their checksum in the record) every few seconds of work, so that an interrupt loses
+    seconds, not a chunk. A full disk or an I/O error raises an [`EmbeddingWriteError`] that keeps the state reached
+    (the space of all rows is reserved first, so a full disk usually fails before any work)."""
 
     def __init__(self, files: OutputFiles, identity: dict, input_info: dict, shape: tuple, dtype,
                  done: int | None):
         self.files, self.identity, self.input_info = files, identity, input_info
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         fresh = done is None
+        self.chunks: list[list] = []
+        self.chunk_state: dict | None = None  # {"rows", "batches", "sha256"} of OUT.partial.chunk
+        self._chunk_hash = None  # sha256 of OUT.partial.chunk so far
         if fresh:
             files.discard_partial()
-            files.output.parent.mkdir(parents=True, exist_ok=True)
-        self.done = done or 0
+        else:
+            self.chunks = read_json(files.progress)["chunks"]
+            self.chunk_state = files.chunk_state
+        self.done = self.saved = done or 0
         self.resumed_at = self.done
         try:
             self.file = NpyFile(files.partial, self.shape, self.dtype, create=fresh)
@@ -429,29 +562,69 @@ class ResumableWriter:
             self._save_progress()
 
     def error(self, err: OSError, doing: str) -> OSError:
-        """A full disk / I/O error as an [`EmbeddingWriteError`] saying what was kept; other errors unchanged."""
+        """A full disk / I/O error as an [`EmbeddingWriteError`] saying what was kept (the lines the progress record
+        on disk counts: where the same command resumes); other errors unchanged."""
         if err.errno not in DISK_ERRNOS:
             return err
         return EmbeddingWriteError(err.errno, (
-            f"{os.strerror(err.errno)} while {doing} {self.files.partial} ({self.done:,} of {self.shape[0]:,} "
+            f"{os.strerror(err.errno)} while {doing} {self.files.partial} ({self.saved:,} of {self.shape[0]:,} "
             "lines saved); free some space and run the same command again: it resumes from there"))
 
     def _save_progress(self) -> None:
         try:
             write_json_atomic(self.files.progress, {
                 "format": MANIFEST_FORMAT, "lines_done": self.done, "identity": self.identity,
+                "chunks": self.chunks, "current": self.chunk_state,
                 "input": {"path": self.input_info["path"], "mtime_ns": self.input_info["mtime_ns"]}})
         except OSError as err:
             raise self.error(err, "saving the progress of") from err
+        self.saved = self.done
 
     def append(self, rows: np.ndarray) -> None:
-        """Writes the next `len(rows)` rows, on disk before the progress record says so."""
+        """Writes the next `len(rows)` rows (a whole chunk), on disk before the progress record counts them with
+        their checksum; the chunk's saved part is no longer needed."""
+        rows = np.ascontiguousarray(np.asarray(rows).astype(self.dtype, copy=False))
         try:
             self.file.write_rows(self.done, rows, sync=True)
         except OSError as err:
             raise self.error(err, "writing") from err
         self.done += len(rows)
+        self.chunks.append([self.done, hashlib.sha256(rows.data).hexdigest()])
+        self.chunk_state = self._chunk_hash = None
         self._save_progress()
+        self.files.chunk.unlink(missing_ok=True)
+
+    def save_chunk_part(self, batches: int, rows: np.ndarray) -> None:
+        """Appends `rows` (float32, the encoder's rows of the chunk's batches up to `batches`, in batch order) to
+        `OUT.partial.chunk`, fsynced, then records `batches` and the file's checksum in the progress record."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        kept = self.chunk_state["rows"] if self.chunk_state else 0
+        size = kept * rows.shape[1] * 4
+        try:
+            with open(self.files.chunk, "r+b" if kept else "w+b") as f:
+                if self._chunk_hash is None or not kept:  # (a resumed run: the hash of what it kept)
+                    self._chunk_hash = hashlib.sha256()
+                    f.seek(0)
+                    while size > f.tell() and (block := f.read(min(size - f.tell(), 1 << 24))):
+                        self._chunk_hash.update(block)
+                f.seek(size)
+                f.truncate()
+                f.write(rows.data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:
+            raise self.error(err, "saving the chunk in progress of") from err
+        self._chunk_hash.update(rows.data)
+        digest = self._chunk_hash.hexdigest()
+        self.chunk_state = {"rows": kept + len(rows), "batches": batches, "sha256": digest}
+        self._save_progress()
+
+    def chunk_part(self, dim: int) -> tuple[int, np.ndarray] | None:
+        """`(batches, rows)` of the chunk in progress as the interrupted run saved it (None when nothing was)."""
+        if not self.chunk_state:
+            return None
+        rows = np.fromfile(self.files.chunk, dtype=np.float32, count=self.chunk_state["rows"] * dim)
+        return self.chunk_state["batches"], rows.reshape(-1, dim)
 
     def close(self) -> None:
         self.file.close()
@@ -475,4 +648,5 @@ class ResumableWriter:
         except OSError as err:
             raise self.error(err, "writing the manifest of") from err
         files.progress.unlink(missing_ok=True)
+        files.chunk.unlink(missing_ok=True)
         files.legacy_progress.unlink(missing_ok=True)

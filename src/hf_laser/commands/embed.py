@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="recompute from scratch, ignoring an earlier or interrupted output (by default an output "
                         "computed from the same input, model and options is reused or resumed, anything else is "
                         "recomputed with a message; stdin input is never resumed)")
+    parser.add_argument("--wait", action="store_true",
+                        help="when another run is writing the same output, wait for it to finish (and then reuse or "
+                        "resume what it wrote) instead of stopping with an error")
     parser.add_argument("--no-progress", "-q", "--quiet", dest="no_progress", action="store_true",
                         help="no progress bar (there is none either when stderr is not a terminal)")
 
@@ -83,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
             normalize_embeddings=args.normalize, device=None,
             show_progress_bar=not no_progress and sys.stderr.isatty(), resume=not (args.overwrite or stdin),
             num_proc=args.num_proc, say=lambda m: print(f"{WHO}: {m}", file=sys.stderr),
-            fresh_reason="--overwrite" if args.overwrite else "stdin input is never resumed")
+            fresh_reason="--overwrite" if args.overwrite else "stdin input is never resumed",
+            wait=getattr(args, "wait", False))
     finally:
         if tmp is not None:
             tmp.close()

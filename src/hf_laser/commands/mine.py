@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--embed-dir", default=None,
                         help="keep embeddings here: reused/resumed on re-runs when the input, model and options are "
                         "the same (else recomputed, with a message); shards from `embed-shards` are used")
+    parser.add_argument("--wait", action="store_true",
+                        help="when another run is writing the same embeddings in --embed-dir, wait for it (then reuse "
+                        "them) instead of stopping with an error")
     parser.add_argument("--dedup", action="store_true",
                         help="embed and search identical lines once (LASER --unify); outputs each unique pair once")
     parser.add_argument("--pretokenized", action="store_true", help="inputs are already tokenized + BPE'd")
@@ -68,14 +71,24 @@ def _side_embeddings(encoder_fn, path, lang, embed_dir: Path, dedup: bool, args,
 
     Shards from ``embed-shards`` are used when they were computed from this file's content with this model and
     options; other cached files are checked by ``encode_file`` (its manifest), so nothing stale is reused."""
-    from ..mining import (StaleEmbeddingsError, _shard_identity, as_embeddings, deduplicate_file, embedding_key,
-                          load_embedding_shards, scan_input)
+    from ..mining import embedding_key, scan_input
+    from ..outputs import output_lock
 
     info = scan_input(path)
-    n = info["lines"]
-    if n == 0:
+    if info["lines"] == 0:
         raise ValueError(f"input file {path} is empty")
     key = embedding_key(path, lang)
+    # one run at a time on these embeddings (the lock encode_file takes on {key}.npy, held here from the start)
+    with output_lock(embed_dir / f"{key}.npy", wait=getattr(args, "wait", False),
+                     say=lambda m: print(f" - {m}", file=sys.stderr)):
+        return _side_embeddings_locked(encoder_fn, path, lang, embed_dir, dedup, args, show, info, key)
+
+
+def _side_embeddings_locked(encoder_fn, path, lang, embed_dir: Path, dedup: bool, args, show, info, key):
+    from ..mining import (StaleEmbeddingsError, _shard_identity, as_embeddings, deduplicate_file,
+                          load_embedding_shards)
+
+    n = info["lines"]
     identity = _shard_identity(encoder_fn(), info, lang, pretokenized=args.pretokenized, fp16=args.fp16,
                                max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args))
     try:

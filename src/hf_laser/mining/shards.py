@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS
-from ..outputs import (embedding_identity, identity_changes, read_json, scan_input, write_json_atomic,
-                       write_npy_atomic)
+from ..outputs import (embedding_identity, identity_changes, output_lock, read_json, scan_input,
+                       write_json_atomic, write_npy_atomic)
 from .embeddings import ShardedEmbeddings
 from .lines import iter_lines
 
@@ -113,37 +113,47 @@ def embed_shards(
     names = [f"{key}.shard{s:05d}-of-{num_shards:05d}" for s in range(num_shards)]
 
     for s in range(rank, num_shards, world_size):
-        a, b = bounds[s]
-        done = embed_dir / f"{names[s]}.done.json"
-        txt = embed_dir / f"{names[s]}.txt"
-        npy = embed_dir / f"{names[s]}.npy"
-        if _done_tag(done) == tag and npy.exists():
-            continue
-        done.unlink(missing_ok=True)
-        # the shard's text, rewritten from the input (encode_file resumes its embedding when the content is the same)
-        tmp = txt.with_name(txt.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
-            for pos, line in enumerate(iter_lines(input_path)):
-                if pos >= b:
-                    break
-                if pos >= a:
-                    out.write(line + "\n")
-        os.replace(tmp, txt)
-        if b > a:
-            emb = encoder.encode_file(
-                str(txt), str(npy), lang=lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
-                max_sentence_tokens=max_sentence_tokens, show_progress_bar=show_progress_bar, resume=True,
-            )
-            rows, dim = int(emb.shape[0]), int(emb.shape[1])
-            del emb
-        else:  # more shards than lines
-            dim = int(encoder.dim)
-            write_npy_atomic(npy, np.zeros((0, dim), dtype=np.float16 if fp16 else np.float32))
-            rows = 0
-        if rows != b - a:
-            raise RuntimeError(f"shard {npy} has {rows} rows but {b - a} lines were embedded")
-        write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name, "tag": tag})
+        # one writer per shard (another job on the same shard: OutputBusyError naming its process)
+        with output_lock(embed_dir / f"{names[s]}.npy"):
+            _embed_shard(encoder, input_path, embed_dir, names[s], bounds[s], tag, lang=lang,
+                         pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
+                         max_sentence_tokens=max_sentence_tokens, show_progress_bar=show_progress_bar)
     return _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag)
+
+
+def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[int, int], tag: str, *, lang,
+                 pretokenized, fp16, max_tokens, max_sentence_tokens, show_progress_bar) -> None:
+    """Embeds one shard (lines `bounds` of the input) unless its `.done.json` marker says it is done already."""
+    a, b = bounds
+    done = embed_dir / f"{name}.done.json"
+    txt = embed_dir / f"{name}.txt"
+    npy = embed_dir / f"{name}.npy"
+    if _done_tag(done) == tag and npy.exists():
+        return
+    done.unlink(missing_ok=True)
+    # the shard's text, rewritten from the input (encode_file resumes its embedding when the content is the same)
+    tmp = txt.with_name(txt.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
+        for pos, line in enumerate(iter_lines(input_path)):
+            if pos >= b:
+                break
+            if pos >= a:
+                out.write(line + "\n")
+    os.replace(tmp, txt)
+    if b > a:
+        emb = encoder.encode_file(
+            str(txt), str(npy), lang=lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
+            max_sentence_tokens=max_sentence_tokens, show_progress_bar=show_progress_bar, resume=True,
+        )
+        rows, dim = int(emb.shape[0]), int(emb.shape[1])
+        del emb
+    else:  # more shards than lines
+        dim = int(encoder.dim)
+        write_npy_atomic(npy, np.zeros((0, dim), dtype=np.float16 if fp16 else np.float32))
+        rows = 0
+    if rows != b - a:
+        raise RuntimeError(f"shard {npy} has {rows} rows but {b - a} lines were embedded")
+    write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name, "tag": tag})
 
 
 def _done_tag(done: Path) -> str | None:

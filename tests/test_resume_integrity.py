@@ -1,0 +1,180 @@
+"""Resume checks what it keeps (issue #24, items 2-4): per-chunk checksums of the rows written, the part of a
+chunk saved by time (an interrupt loses seconds, not a chunk), manifests and progress records with wrong field
+types, and the count of saved lines a full disk reports."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SHARED, read_lines, require_shared
+
+import hf_laser.encoder as E
+import hf_laser.outputs as O
+from hf_laser.encoder import EmbeddingWriteError, LaserEncoder
+
+FRA = SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra"
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_model_dir) -> LaserEncoder:
+    return LaserEncoder.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def fr(tmp_path) -> Path:
+    require_shared(FRA)
+    path = tmp_path / "fr.txt"
+    path.write_text("\n".join(read_lines(FRA)[:100]) + "\n", encoding="utf-8")
+    return path
+
+
+def fresh(encoder, src, tmp_path, **kw) -> np.ndarray:
+    d = tmp_path / "fresh"
+    d.mkdir(exist_ok=True)
+    for f in d.iterdir():
+        f.unlink()
+    return np.array(encoder.encode_file(src, d / "fresh.npy", **kw))
+
+
+def interrupt_after(monkeypatch, target, name, calls: int):
+    """Makes `target.name` raise KeyboardInterrupt after it ran `calls` times (a Ctrl-C at that point)."""
+    real, n = getattr(target, name), {"n": 0}
+
+    def wrapped(*a, **k):
+        result = real(*a, **k)
+        n["n"] += 1
+        if n["n"] >= calls:
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(target, name, wrapped)
+
+
+def test_changed_rows_in_the_partial_file_start_over(encoder, fr, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out.npy"
+    interrupt_after(monkeypatch, O.ResumableWriter, "append", 2)  # 2 chunks of 30 lines kept
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode_file(fr, out, lang="fr", chunk_lines=30)
+    monkeypatch.undo()
+    partial = tmp_path / "out.npy.partial"
+    state = json.loads((tmp_path / "out.npy.partial.json").read_text())
+    assert state["lines_done"] == 60 and [c[0] for c in state["chunks"]] == [30, 60]
+    _, _, header = O.npy_header(partial)
+    size = partial.stat().st_size
+    with open(partial, "r+b") as f:  # one byte inside the finished part, same size
+        f.seek(header + 40 * 96 * 4 + 7)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x55]))
+    assert partial.stat().st_size == size
+    capsys.readouterr()
+    got = np.array(encoder.encode_file(fr, out, lang="fr", chunk_lines=30))
+    err = capsys.readouterr().err
+    assert "lines 31-60 of out.npy.partial changed since they were written (checksum)" in err, err
+    assert "starting over" in err
+    assert got.tobytes() == fresh(encoder, fr, tmp_path, lang="fr", chunk_lines=30).tobytes()
+
+
+def test_an_interrupt_inside_a_chunk_keeps_the_batches_saved_by_time(encoder, fr, tmp_path, monkeypatch, capsys):
+    """The issue's newcomer case: Ctrl-C half-way through a file smaller than one chunk resumed at line 0. The
+    batches done are now saved every PROGRESS_SAVE_S seconds of work (0 here: after every batch)."""
+    out = tmp_path / "out.npy"
+    monkeypatch.setattr(E, "PROGRESS_SAVE_S", 0.0)
+    interrupt_after(monkeypatch, O.ResumableWriter, "save_chunk_part", 3)
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode_file(fr, out, lang="fr", max_tokens=100)  # one chunk, many batches
+    monkeypatch.undo()
+    state = json.loads((tmp_path / "out.npy.partial.json").read_text())
+    assert state["lines_done"] == 0 and state["current"]["batches"] == 3
+    saved = state["current"]["rows"]
+    assert saved > 0 and (tmp_path / "out.npy.partial.chunk").stat().st_size == saved * 96 * 4
+    batches = {"n": 0}
+    real = encoder.model.forward
+
+    def counting(*a, **k):
+        batches["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(encoder.model, "forward", counting)
+    capsys.readouterr()
+    got = np.array(encoder.encode_file(fr, out, lang="fr", max_tokens=100))
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert f"resuming {out} at line 0 of 100 (with {saved:,} sentences of the next chunk saved)" in err, err
+    plan = E.plan_batches([len(s) for s in dict.fromkeys(map(tuple, encoder.token_ids(read_lines(fr), "fr")))], 100)
+    assert batches["n"] == len(plan) - 3  # only the batches not saved were encoded
+    assert got.tobytes() == fresh(encoder, fr, tmp_path, lang="fr", max_tokens=100).tobytes()
+    assert not (tmp_path / "out.npy.partial.chunk").exists() and not (tmp_path / "out.npy.partial.json").exists()
+
+
+def test_a_damaged_saved_chunk_part_only_recomputes_that_chunk(encoder, fr, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out.npy"
+    monkeypatch.setattr(E, "PROGRESS_SAVE_S", 0.0)
+    interrupt_after(monkeypatch, O.ResumableWriter, "save_chunk_part", 2)
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode_file(fr, out, lang="fr", max_tokens=100, chunk_lines=60)
+    monkeypatch.undo()
+    chunk = tmp_path / "out.npy.partial.chunk"
+    data = bytearray(chunk.read_bytes())
+    data[5] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    capsys.readouterr()
+    got = np.array(encoder.encode_file(fr, out, lang="fr", max_tokens=100, chunk_lines=60))
+    assert f"resuming {out} at line 0 of 100\n" in capsys.readouterr().err
+    assert got.tobytes() == fresh(encoder, fr, tmp_path, lang="fr", max_tokens=100, chunk_lines=60).tobytes()
+
+
+@pytest.mark.parametrize("field, value", [("identity", [1]), ("output", None), ("identity", "x")])
+def test_manifest_with_wrong_field_types_is_recomputed(encoder, fr, tmp_path, capsys, field, value):
+    out = tmp_path / "out.npy"
+    ref = np.array(encoder.encode_file(fr, out, lang="fr"))
+    manifest = tmp_path / "out.npy.manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), field: value}))
+    capsys.readouterr()
+    assert np.array(encoder.encode_file(fr, out, lang="fr")).tobytes() == ref.tobytes()
+    assert "manifest out.npy.manifest.json is unreadable" in capsys.readouterr().err
+    assert np.array(encoder.encode_file(fr, out, lang="fr")).tobytes() == ref.tobytes()  # and then reused
+    assert "is up to date" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field, value", [("identity", [1]), ("identity", None), ("chunks", None),
+                                          ("chunks", [[1, 2]]), ("current", {"rows": "x"})])
+def test_progress_record_with_wrong_field_types_starts_over(encoder, fr, tmp_path, monkeypatch, capsys, field, value):
+    out = tmp_path / "out.npy"
+    interrupt_after(monkeypatch, O.ResumableWriter, "append", 2)
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode_file(fr, out, lang="fr", chunk_lines=30)
+    monkeypatch.undo()
+    progress = tmp_path / "out.npy.partial.json"
+    progress.write_text(json.dumps({**json.loads(progress.read_text()), field: value}))
+    capsys.readouterr()
+    got = np.array(encoder.encode_file(fr, out, lang="fr", chunk_lines=30))
+    err = capsys.readouterr().err
+    assert ("starting over" in err) or field == "current", err  # a bad "current" only loses the chunk part
+    assert got.tobytes() == fresh(encoder, fr, tmp_path, lang="fr", chunk_lines=30).tobytes()
+
+
+def test_full_disk_reports_the_lines_the_next_run_resumes_at(encoder, fr, tmp_path, monkeypatch, capsys):
+    """The issue: "10,000 of 20,000 lines saved" but the re-run resumed at 8,000 (the progress record of the last
+    chunk was the write that failed)."""
+    out = tmp_path / "out.npy"
+    real, calls = O.write_json_atomic, {"n": 0}
+
+    def full_at_third(path, obj):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the fresh record, chunk 1, then chunk 2's record fails
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, obj)
+
+    monkeypatch.setattr(O, "write_json_atomic", full_at_third)
+    with pytest.raises(EmbeddingWriteError, match=r"\(30 of 100 lines saved\)"):
+        encoder.encode_file(fr, out, lang="fr", chunk_lines=30)
+    monkeypatch.undo()
+    capsys.readouterr()
+    got = np.array(encoder.encode_file(fr, out, lang="fr", chunk_lines=30))
+    assert f"resuming {out} at line 30 of 100" in capsys.readouterr().err
+    assert got.tobytes() == fresh(encoder, fr, tmp_path, lang="fr", chunk_lines=30).tobytes()
