@@ -142,16 +142,21 @@ class EmbeddingCache:
         return arr
 
     @contextmanager
-    def _writing(self, key: str) -> Iterator[None]:
-        """Holds the lock of the entry `key` (`hf_laser.outputs.output_lock`, waiting for another process that
-        computes it), so that two evaluations sharing a cache never write one entry at once."""
+    def _entry(self, key: str, n: int) -> Iterator[np.ndarray | None]:
+        """The cached entry `key` of `n` rows (None on a miss, counted), with its lock held for the block
+        (`hf_laser.outputs.output_lock`, waiting for another process that computes it), so that two evaluations
+        sharing a cache never write one entry at once."""
         if not self.enabled:
-            yield
+            self.misses += 1
+            yield None
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         with output_lock(self.dir / f"{key}.npy", wait=True,
                          say=lambda m: print(f"embedding cache: {m}", file=sys.stderr)):
-            yield
+            hit = self._lookup(key, n)
+            if hit is None:
+                self.misses += 1
+            yield hit
 
     def _store_meta(self, key: str, meta: dict) -> None:
         write_json_atomic(self.dir / f"{key}.json", meta)
@@ -163,11 +168,9 @@ class EmbeddingCache:
         texts = list(texts)
         kind = "bpe" if pretokenized else "text"
         key = self.key(texts_digest(texts), lang, kind)
-        with self._writing(key):  # one process computes an entry; the others wait and reuse it
-            hit = self._lookup(key, len(texts))
+        with self._entry(key, len(texts)) as hit:  # one process computes it; the others wait, reuse it
             if hit is not None:
                 return hit
-            self.misses += 1
             t0 = time.time()
             desc = f"embed {name or 'texts'} [{lang}]"
             if not self.enabled:
@@ -213,11 +216,9 @@ class EmbeddingCache:
         n = count_lines(path)
         kind = "bpe" if pretokenized else "text"
         key = self.key(digest, lang, kind)
-        with self._writing(key):  # one process computes an entry; the others wait and reuse it
-            hit = self._lookup(key, n)
+        with self._entry(key, n) as hit:  # one process computes it; the others wait, reuse it
             if hit is not None:
                 return hit
-            self.misses += 1
             if not self.enabled:
                 return self.encoder.encode(list(read_lines(path)), lang, pretokenized=pretokenized,
                                            show_progress_bar=self.show_progress,
@@ -247,11 +248,9 @@ class EmbeddingCache:
         docs = list(docs)
         kind = "doc-bpe" if pretokenized else "doc-text"
         key = self.key(texts_digest(docs), lang, kind)
-        with self._writing(key):  # one process computes an entry; the others wait and reuse it
-            hit = self._lookup(key, len(docs))
+        with self._entry(key, len(docs)) as hit:  # one process computes it; the others wait, reuse it
             if hit is not None:
                 return hit
-            self.misses += 1
             t0 = time.time()
             enc = self.encoder
             if pretokenized:

@@ -74,3 +74,21 @@ def tiny_laser2_dir(tmp_path_factory) -> Path:
 
     return convert(LASER2 / "laser2-ref-tiny.pt", tmp_path_factory.mktemp("laser2-ref-tiny"),
                    spm_model=LASER2 / "laser2-ref.spm", spm_vocab=LASER2 / "laser2-ref.cvocab")
+
+
+TATOEBA_FRA = SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra"
+
+
+def fra_file(path: Path, n: int) -> Path:
+    """The first `n` French Tatoeba sentences written to `path` (skips without ../shared)."""
+    require_shared(TATOEBA_FRA)
+    path.write_text("\n".join(read_lines(TATOEBA_FRA)[:n]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_model_dir):
+    """A `LaserEncoder` of the tiny reference model (one per test module; test modules may define their own)."""
+    from hf_laser.encoder import LaserEncoder
+
+    return LaserEncoder.from_pretrained(tiny_model_dir)

@@ -13,13 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, SHARED, read_lines, require_shared
+from conftest import REPO, SHARED, fra_file, read_lines, require_shared
 
 from hf_laser import mining as M
-from hf_laser.encoder import LaserEncoder
 from hf_laser.outputs import OutputBusyError, output_lock
 
-FRA = SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra"
 DEU = SHARED / "data" / "tatoeba" / "v1" / "tatoeba.deu-eng.deu"
 
 pytestmark = pytest.mark.slow
@@ -58,17 +56,10 @@ if what == "cache":
 """
 
 
-@pytest.fixture(scope="module")
-def encoder(tiny_model_dir) -> LaserEncoder:
-    return LaserEncoder.from_pretrained(tiny_model_dir)
-
 
 @pytest.fixture
 def src(tmp_path) -> Path:
-    require_shared(FRA)
-    path = tmp_path / "fr.txt"
-    path.write_text("\n".join(read_lines(FRA)[:60]) + "\n", encoding="utf-8")
-    return path
+    return fra_file(tmp_path / "fr.txt", 60)
 
 
 class Runs:

@@ -10,26 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED, read_lines, require_shared
+from conftest import fra_file, read_lines
 
 import hf_laser.encoder as E
 import hf_laser.outputs as O
-from hf_laser.encoder import EmbeddingWriteError, LaserEncoder
-
-FRA = SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra"
+from hf_laser.encoder import EmbeddingWriteError
 
 
-@pytest.fixture(scope="module")
-def encoder(tiny_model_dir) -> LaserEncoder:
-    return LaserEncoder.from_pretrained(tiny_model_dir)
 
 
 @pytest.fixture
 def fr(tmp_path) -> Path:
-    require_shared(FRA)
-    path = tmp_path / "fr.txt"
-    path.write_text("\n".join(read_lines(FRA)[:100]) + "\n", encoding="utf-8")
-    return path
+    return fra_file(tmp_path / "fr.txt", 100)
 
 
 def fresh(encoder, src, tmp_path, **kw) -> np.ndarray:

@@ -139,7 +139,16 @@ def load_laser_checkpoint(path: str | Path) -> dict:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # pickle errors, zip errors, unsafe globals...
-        raise NotALaserCheckpoint(f"{path} could not be read as {EXPECTED_FORMAT}: {err}") from err
+        text = " ".join(str(err).split())
+        if "Weights only load failed" in text:
+            # torch's message advises weights_only=False (running the file's code): not an option here
+            detail = text.split("WeightsUnpickler error:", 1)[-1].split(". ", 1)[0].strip() \
+                if "WeightsUnpickler error:" in text else "objects other than tensors"
+            raise NotALaserCheckpoint(
+                f"{path} could not be read as {EXPECTED_FORMAT}: it holds Python objects a LASER checkpoint does not "
+                f"have ({detail}); hf-laser loads checkpoints with weights_only=True and never runs code from them"
+            ) from err
+        raise NotALaserCheckpoint(f"{path} could not be read as {EXPECTED_FORMAT}: {text}") from err
     if not isinstance(checkpoint, dict) or not {"params", "model", "dictionary"} <= set(checkpoint):
         found = sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise NotALaserCheckpoint(f"{path} is not {EXPECTED_FORMAT}; found {found}")
@@ -416,11 +425,23 @@ def convert(
                 tokenizer="SentencePiece (LASER2)" if spm else "Moses + fastBPE (LASER1)" if bpe
                 else "none (dictionary only)",
             )
+        _apply_umask(tmp_dir)
         _replace_dir(tmp_dir, out_dir)
     finally:
         if tmp_dir.exists():
             shutil.rmtree(tmp_dir, ignore_errors=True)
     return out_dir
+
+
+def _apply_umask(directory: Path) -> None:
+    """Gives a directory made by `tempfile.mkdtemp` (0700) and its files the permissions of any new file (0777 /
+    0666 less the umask), as `mkdir` would have."""
+    umask = os.umask(0)
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)
+    for path in directory.rglob("*"):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 if __name__ == "__main__":  # `python -m hf_laser.convert`: the command line's `hf-laser convert`

@@ -186,6 +186,19 @@ class LaserEncoder:
                 "model_dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
                 "quantize": self.quantize}
 
+    def _move_to(self, device) -> None:
+        """Moves the model to `device`; a device it cannot run on (`meta`, a missing GPU) is a ValueError and the
+        model stays where it was."""
+        device = torch.device(device)
+        if device.type == "meta":
+            raise ValueError("device='meta' holds no data, so nothing can be embedded there; give cpu or cuda")
+        previous = self.device
+        try:
+            self.model.to(device)
+        except (RuntimeError, AssertionError, ValueError) as err:
+            self.model.to(previous)
+            raise ValueError(f"cannot move the model to {device}: {one_line(err)}") from None
+
     @property
     def dim(self) -> int:
         """Dimension of the sentence embeddings."""
@@ -245,7 +258,7 @@ class LaserEncoder:
         if max_sentence_tokens is not None and max_sentence_tokens < 2:
             raise ValueError(f"max_sentence_tokens must be at least 2 (one token and </s>), got {max_sentence_tokens}")
         if device is not None and torch.device(device) != self.device:
-            self.model.to(device)
+            self._move_to(device)
         device = self.device
         out = torch.empty((len(ids), self.dim), dtype=torch.float32)
         if not len(ids):
@@ -313,8 +326,17 @@ class LaserEncoder:
                 mask = np.arange(batch_lengths[0])[None, :] < batch_lengths[:, None]
                 ids_array = np.full(mask.shape, self.model.config.pad_token_id, dtype=np.int64)
                 ids_array[mask] = flat
-                emb = self.model(torch.from_numpy(ids_array).to(device, non_blocking=True),
-                                 attention_mask=torch.from_numpy(mask).to(device, non_blocking=True)).pooler_output
+                try:
+                    emb = self.model(torch.from_numpy(ids_array).to(device, non_blocking=True),
+                                     attention_mask=torch.from_numpy(mask).to(device, non_blocking=True)).pooler_output
+                except RuntimeError as err:
+                    if "could not create a primitive" not in str(err):
+                        raise
+                    raise ValueError(
+                        f"a sentence of {int(batch_lengths[0]):,} tokens is too long for the CPU LSTM kernel (oneDNN "
+                        "fails on one sequence of about 260,000 tokens at LASER's size): embed it with a length limit "
+                        f"(max_sentence_tokens, --max-sentence-tokens; default {DEFAULT_MAX_SENTENCE_TOKENS:,}) "
+                        "instead of none") from None
                 unique_out[torch.from_numpy(batch)] = emb.float().cpu()
                 bar.update(len(batch))
                 if progress is not None:
@@ -418,10 +440,20 @@ class LaserEncoder:
         """[`encode_file`], also returning `{"lines", "computed", "resumed_at", "reused", "seconds"}`."""
         t0 = time.perf_counter()
         input_path, output_path = Path(input_path), Path(output_path)
+        if input_path.is_dir():
+            raise IsADirectoryError(f"input {input_path} is a directory, not a text file")
         if not input_path.is_file():
-            raise FileNotFoundError(f"input file not found: {input_path}")
+            raise FileNotFoundError(f"input file not found: {input_path}" if not input_path.exists()
+                                    else f"input {input_path} is not a regular file (read a stream with encode)")
+        # every option is checked before a file is created
         if chunk_lines <= 0:
             raise ValueError(f"chunk_lines must be positive, got {chunk_lines}")
+        if max_tokens is not None and max_tokens <= 0:
+            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        if batch_size is not None and batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if max_sentence_tokens is not None and max_sentence_tokens < 2:
+            raise ValueError(f"max_sentence_tokens must be at least 2 (one token and </s>), got {max_sentence_tokens}")
         if output_path.is_dir():
             raise UsageError(f"output {output_path} is a directory; give a .npy file name")
         if output_path.exists() and output_path.samefile(input_path):
@@ -440,7 +472,15 @@ class LaserEncoder:
         identity = embedding_identity(self, info, lang=lang, pretokenized=pretokenized, fp16=fp16,
                                       normalize=normalize_embeddings, max_tokens=max_tokens, batch_size=batch_size,
                                       chunk_lines=chunk_lines, max_sentence_tokens=max_sentence_tokens)
-        output_path.parent.mkdir(parents=True, exist_ok=True)
+        if not output_path.parent.is_dir():
+            say(f"creating the directory {output_path.parent} of {output_path}")
+            output_path.parent.mkdir(parents=True, exist_ok=True)
+        if why_not_text := _not_text(input_path):
+            message = f"{input_path} does not look like text ({why_not_text}); embedding it anyway, one row per line"
+            if say is _say:
+                warn_at_caller(message)
+            else:
+                say(f"warning: {message}")
         # one writer per output: taken before anything of it is read or deleted, held until OUT and its manifest
         # are written
         with output_lock(output_path, wait=wait, say=say):
@@ -539,6 +579,21 @@ class _ChunkCheckpoint:
         new = np.concatenate(plan[self.batches:batches])
         self.writer.save_chunk_part(batches, unique_out[torch.from_numpy(new)].numpy())
         self.batches, self.last = batches, time.monotonic()
+
+
+def _not_text(path: Path) -> str | None:
+    """Why the start of a file is evidently not text (NUL bytes, mostly invalid UTF-8), or None."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if not head:
+        return None
+    if b"\0" in head:
+        return "it holds NUL bytes: a binary file?"
+    text = head.decode("utf-8", errors="surrogateescape")
+    bad = sum(1 for c in text if "\udc80" <= c <= "\udcff")
+    if bad > 0.3 * len(text):
+        return f"{bad / len(text):.0%} of its first bytes are not UTF-8"
+    return None
 
 
 def _raise_non_integer(unique: list[tuple], inverse: np.ndarray) -> None:

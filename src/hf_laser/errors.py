@@ -48,6 +48,16 @@ def exit_status(err: BaseException) -> int:
     return 1 if isinstance(err, OSError) and err.errno in DISK_ERRNOS else 2
 
 
+def _caused_by_interrupt(err: BaseException) -> bool:
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def run_cli(who: str, fn: Callable[..., int], *args) -> int:
     """Runs a command-line handler, turning errors into one line on stderr: user errors (missing files, bad model
     directory, invalid values: `ValueError`, `FileNotFoundError`...) exit with 2; a full disk, an I/O or network
@@ -61,6 +71,9 @@ def run_cli(who: str, fn: Callable[..., int], *args) -> int:
         print(f"{who}: interrupted (run the same command again to resume)", file=sys.stderr)
         return 130
     except ImportError as err:
+        if _caused_by_interrupt(err):  # Ctrl-C inside a lazy import (transformers wraps it in an ImportError)
+            print(f"{who}: interrupted (run the same command again to resume)", file=sys.stderr)
+            return 130
         print(f"{who}: error: {one_line(err)}", file=sys.stderr)
         return 1
     except OSError as err:

@@ -7,6 +7,7 @@ weights and loaded with `trust_remote_code=True` where `hf_laser` is not install
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 from contextlib import contextmanager
@@ -23,6 +24,23 @@ from transformers.utils.generic import can_return_tuple
 from .configuration_laser import LaserConfig
 from .integration_files import write_integration_files
 
+
+
+class _DropLoadReport(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in str(record.msg)
+
+
+@contextmanager
+def _without_load_report():
+    """transformers' load report (a multi-line table on its log) left out for the duration."""
+    log = logging.getLogger("transformers.modeling_utils")
+    drop = _DropLoadReport()
+    log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop)
 
 class LaserPreTrainedModel(PreTrainedModel):
     """Base class: holds the config class, the weight initialisation and the loading conventions."""
@@ -73,12 +91,21 @@ class LaserPreTrainedModel(PreTrainedModel):
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         output_loading_info = kwargs.pop("output_loading_info", False)
         allow_mismatched = bool(kwargs.pop("ignore_mismatched_sizes", False))
-        # Ask transformers for the report (and not to raise its own generic error on shape mismatches).
-        model, info = super().from_pretrained(
-            pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
-            **kwargs,
-        )
         source = "the given state_dict" if kwargs.get("state_dict") is not None else str(pretrained_model_name_or_path)
+        # Ask transformers for the report (and not to raise its own generic error on shape mismatches); its
+        # multi-line LOAD REPORT table is not logged: the problems are raised below in one message.
+        try:
+            with _without_load_report():
+                model, info = super().from_pretrained(
+                    pretrained_model_name_or_path, *model_args, output_loading_info=True,
+                    ignore_mismatched_sizes=True, **kwargs,
+                )
+        except Exception as err:
+            if type(err).__name__ != "SafetensorError":  # safetensors' own error type (no OSError / ValueError)
+                raise
+            detail = " ".join(str(err).split()) or type(err).__name__
+            raise OSError(f"{source}: its weights file (model.safetensors) is damaged: truncated, empty or not a "
+                          f"safetensors file ({detail}); download or convert the model again") from err
         problems = model._laser_key_problems(info, allow_mismatched)
         problems += _laser_dtype_problems(pretrained_model_name_or_path, kwargs)
         problems += model._laser_value_problems()

@@ -1,12 +1,16 @@
-"""What several subcommands share: `--max-sentence-tokens`, and loading the encoder a `--model` names."""
+"""What several subcommands share: `--max-sentence-tokens`, loading the encoder a `--model` names, and the checks of
+`--lang`, `--device` and output paths made before any work starts."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import sys
 from pathlib import Path
 
 from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS
-from ..errors import UsageError, one_line
+from ..errors import EmbeddingWriteError, UsageError, one_line
 
 
 def add_max_sentence_tokens_argument(parser: argparse.ArgumentParser) -> None:
@@ -45,3 +49,107 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
         raise UsageError(f"{model} has no tokenizer (it was converted without --bpe-codes/--bpe-vocab or "
                          "--spm-model): give BPE-tokenized input with --pretokenized, or convert it again with them")
     return encoder
+
+
+_LANG_CODE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
+
+
+def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> None:
+    """A language argument: `auto` or an ISO 639 code (`fr`, `fra`, `en-US`, `eng_Latn`); anything else is a
+    [`UsageError`] (`french`, `fr,en`, `123`, `../etc`). A well-formed code without LASER rules of its own is
+    accepted with one line on stderr (in place of the library's warning)."""
+    from ..langid import is_auto
+
+    if lang is None or is_auto(lang):
+        return
+    if not lang.strip():
+        raise UsageError(f"{flag} lang is an empty string: give a language code (en, fr, zh, ...) or auto")
+    if not _LANG_CODE.match(lang):
+        raise UsageError(f"{flag} {lang!r} is not a language code: give one ISO 639 code (en, fr, zh, ...; en-US "
+                         "and eng_Latn work too), or auto to detect the language per sentence")
+    from ..preprocessing import _KNOWN_CODES, _warned_codes, normalize_lang
+
+    code = normalize_lang(lang)
+    if code not in _KNOWN_CODES and code not in _warned_codes:
+        _warned_codes.add(code)  # the library's UserWarning is replaced by this line
+        print(f"{who}: note: no LASER preprocessing rules for language {lang!r}: using the Moses defaults (English "
+              "non-breaking prefixes, generic punctuation rules)", file=sys.stderr)
+
+
+def check_device_arg(device: str | None) -> None:
+    """`--device`: a device torch knows (`cpu`, `cuda`, `cuda:1`, `mps`...) that is there; else a [`UsageError`]."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise UsageError(f"--device {device!r} is not a device: give cpu, cuda, cuda:N (or mps)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device} but no CUDA device is available")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {device}: there are only {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "meta":
+        raise UsageError("--device meta holds no data: give cpu or cuda")
+
+
+def check_output_path(path: str | os.PathLike, flag: str = "-o") -> None:
+    """An output file whose directory must exist (checked before any work: it is not created behind the user's
+    back) and that is no directory."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"output {path} is a directory; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UsageError(f"the directory of {flag} {path} does not exist ({parent}); create it first "
+                         f"(mkdir -p {parent})")
+
+
+def check_encoding_args(args: argparse.Namespace) -> None:
+    """`--max-tokens`, `--max-sentence-tokens`, `--num-proc` (where the command has them), checked before any file
+    is created."""
+    if getattr(args, "max_tokens", 1) is not None and getattr(args, "max_tokens", 1) <= 0:
+        raise UsageError(f"--max-tokens must be positive, got {args.max_tokens}")
+    limit = getattr(args, "max_sentence_tokens", DEFAULT_MAX_SENTENCE_TOKENS)
+    if limit is not None and (limit < 0 or limit == 1):
+        raise UsageError(f"--max-sentence-tokens must be at least 2 (one token and </s>), or 0 for no limit; "
+                         f"got {limit}")
+    if getattr(args, "num_proc", 1) < 1:
+        raise UsageError(f"--num-proc must be at least 1, got {args.num_proc}")
+
+
+def is_stream(path: str | os.PathLike) -> bool:
+    """True for an input that exists but is no regular file or directory: a pipe, `/dev/stdin`, `<(zcat f.gz)`."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def spool_stream(source, name: str) -> str:
+    """Copies a stream (a binary file object, or the path of a pipe) into a temporary file (in `TMPDIR`) and returns
+    its path: the encoder counts and streams files. A full disk says where the copy was going."""
+    import errno
+    import shutil
+    import tempfile
+
+    tmp = tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False)
+    try:
+        with tmp:
+            if isinstance(source, (str, os.PathLike)):
+                with open(source, "rb") as f:
+                    shutil.copyfileobj(f, tmp, 1 << 24)
+            else:
+                shutil.copyfileobj(source, tmp, 1 << 24)
+    except OSError as err:
+        os.unlink(tmp.name)
+        if err.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+            raise EmbeddingWriteError(err.errno, f"{os.strerror(err.errno)} while copying {name} to {tmp.name} (the input of a "
+                          f"stream is spooled to the temporary directory {tempfile.gettempdir()}); set TMPDIR to a "
+                          "directory with more space, or give the input as a file") from None
+        raise
+    return tmp.name

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_TOKENS
 from ..errors import UsageError
-from .common import add_max_sentence_tokens_argument, load_encoder_for_cli, max_sentence_tokens_arg
+from .common import (add_max_sentence_tokens_argument, check_device_arg, check_encoding_args, check_lang_arg,
+                     check_output_path, is_stream, load_encoder_for_cli, max_sentence_tokens_arg, spool_stream)
 
 WHO = "hf-laser embed"
 
@@ -23,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "preprocessing) or 'auto' to detect it per sentence (not needed with --pretokenized)")
     parser.add_argument("--pretokenized", action="store_true",
                         help="input lines are already BPE/SentencePiece tokens separated by spaces")
-    parser.add_argument("-i", "--input", default=None, help="input text file (default: stdin)")
+    parser.add_argument("-i", "--input", default=None,
+                        help="input text file (default: stdin; a pipe such as <(zcat f.gz) is read like stdin)")
     parser.add_argument("-o", "--output", required=True, help="output .npy file, shape [lines, dim]")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="token budget per batch")
     add_max_sentence_tokens_argument(parser)
@@ -50,33 +52,30 @@ def run(args: argparse.Namespace) -> int:
         print(f"{WHO}: error: --lang is required: pass the language code of the input (e.g. --lang fr) or "
               "--lang auto to detect it per sentence", file=sys.stderr)
         return 2
-    import tempfile
-
     import torch
 
     from ..models import resolve_model
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no CUDA device is available")
+    # every argument is checked before the model is loaded or any file is created
+    check_lang_arg(args.lang, WHO)
+    check_device_arg(args.device)
+    check_encoding_args(args)
     stdin = args.input in (None, "-")
-    if not stdin and not Path(args.input).is_file():
+    stream = not stdin and is_stream(args.input)  # a pipe, /dev/stdin, <(zcat f.gz): read like stdin
+    if not stdin and not stream and not Path(args.input).is_file():
         raise UsageError(f"input file not found: {args.input}" if not Path(args.input).exists()
                          else f"input {args.input} is not a file")
-    if Path(args.output).is_dir():
-        raise UsageError(f"output {args.output} is a directory; give a .npy file name")
+    check_output_path(args.output)
     no_progress = getattr(args, "no_progress", False) or getattr(args, "quiet", False)
     encoder = load_encoder_for_cli(resolve_model(args.model, who=WHO), WHO, pretokenized=args.pretokenized,
                                    device=args.device, dtype=getattr(torch, args.dtype),
                                    quantize="int8" if args.int8 else None)
     tmp = None
     try:
-        if stdin:
-            # stdin is spooled to disk so that huge inputs are streamed and counted like files; it never resumes.
-            tmp = tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False)
-            while block := sys.stdin.buffer.read(1 << 24):
-                tmp.write(block)
-            tmp.close()
-            input_path = tmp.name
+        if stdin or stream:
+            # streams are spooled to disk so that huge inputs are streamed and counted like files; never resumed
+            tmp = spool_stream(sys.stdin.buffer if stdin else args.input, "stdin" if stdin else args.input)
+            input_path = tmp
         else:
             input_path = args.input
         out, stats = encoder._encode_file(
@@ -84,14 +83,15 @@ def run(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens, batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES,
             max_sentence_tokens=max_sentence_tokens_arg(args),
             normalize_embeddings=args.normalize, device=None,
-            show_progress_bar=not no_progress and sys.stderr.isatty(), resume=not (args.overwrite or stdin),
+            show_progress_bar=not no_progress and sys.stderr.isatty(),
+            resume=not (args.overwrite or stdin or stream),
             num_proc=args.num_proc, say=lambda m: print(f"{WHO}: {m}", file=sys.stderr),
-            fresh_reason="--overwrite" if args.overwrite else "stdin input is never resumed",
+            fresh_reason="--overwrite" if args.overwrite else "stdin input is never resumed" if stdin
+            else f"input from a pipe ({args.input}) is never resumed",
             wait=getattr(args, "wait", False))
     finally:
         if tmp is not None:
-            tmp.close()
-            os.unlink(tmp.name)
+            os.unlink(tmp)
     where = f"-> {args.output} {tuple(out.shape)} {out.dtype}"
     if stats["reused"]:
         print(f"{WHO}: {stats['lines']:,} lines already embedded {where}", file=sys.stderr)

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from ..defaults import DEFAULT_MAX_TOKENS
-from .common import add_max_sentence_tokens_argument, load_encoder_for_cli, max_sentence_tokens_arg
+from .common import (add_max_sentence_tokens_argument, check_device_arg, check_encoding_args, check_lang_arg,
+                     load_encoder_for_cli, max_sentence_tokens_arg)
 
 WHO = "hf-laser embed-shards"
 
@@ -60,7 +61,11 @@ def run(args: argparse.Namespace) -> int:
                                     else f"input {path} is not a file")
         if not args.pretokenized:
             _check_lang(lang)
+            check_lang_arg(lang, WHO, "--input LANG")
+    check_device_arg(args.device)
+    check_encoding_args(args)
     model = resolve_model(args.model, who=WHO)
+    args.model = str(model)  # the workers do not announce the default model again
     check_model_dir(model)
     if getattr(args, "nproc", None):
         import multiprocessing as mp

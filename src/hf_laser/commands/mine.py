@@ -13,10 +13,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..defaults import DEFAULT_MAX_TOKENS
+from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_TOKENS
 from ..errors import run_cli
 from . import embed_shards
-from .common import add_max_sentence_tokens_argument, load_encoder_for_cli, max_sentence_tokens_arg
+from .common import (add_max_sentence_tokens_argument, check_device_arg, check_encoding_args, check_lang_arg,
+                     check_output_path, load_encoder_for_cli, max_sentence_tokens_arg)
 
 WHO = "hf-laser mine"
 
@@ -43,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--embed-dir", default=None,
                         help="keep embeddings here: reused/resumed on re-runs when the input, model and options are "
                         "the same (else recomputed, with a message); shards from `embed-shards` are used")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="recompute the embeddings in --embed-dir instead of reusing or resuming them")
     parser.add_argument("--wait", action="store_true",
                         help="when another run is writing the same embeddings in --embed-dir, wait for it (then reuse "
                         "them) instead of stopping with an error")
@@ -91,11 +94,12 @@ def _side_embeddings_locked(encoder_fn, path, lang, embed_dir: Path, dedup: bool
     n = info["lines"]
     identity = _shard_identity(encoder_fn(), info, lang, pretokenized=args.pretokenized, fp16=args.fp16,
                                max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args))
-    try:
-        sharded = load_embedding_shards(embed_dir, path, lang, identity=identity)
-    except StaleEmbeddingsError as err:
-        print(f" - {err}: not using them, embedding {path} anew", file=sys.stderr)
-        sharded = None
+    sharded = None
+    if not getattr(args, "overwrite", False):
+        try:
+            sharded = load_embedding_shards(embed_dir, path, lang, identity=identity)
+        except StaleEmbeddingsError as err:
+            print(f" - {err}: not using them, embedding {path} anew", file=sys.stderr)
     dd = None
     if dedup:
         dd = deduplicate_file(path, embed_dir / f"{key}.unique.txt")
@@ -105,11 +109,17 @@ def _side_embeddings_locked(encoder_fn, path, lang, embed_dir: Path, dedup: bool
     else:
         txt = embed_dir / f"{key}.unique.txt" if dd is not None else Path(path)
         npy = embed_dir / f"{key}{'.unique' if dd is not None else ''}.npy"
-        arr = encoder_fn().encode_file(
-            str(txt), str(npy), lang=lang, pretokenized=args.pretokenized, fp16=args.fp16,
-            max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args), show_progress_bar=show,
-            resume=True,
-        )
+        encoder = encoder_fn()
+        options = dict(lang=lang, pretokenized=args.pretokenized, fp16=args.fp16, max_tokens=args.max_tokens,
+                       max_sentence_tokens=max_sentence_tokens_arg(args), show_progress_bar=show,
+                       resume=not getattr(args, "overwrite", False))
+        if hasattr(encoder, "_encode_file"):  # a LaserEncoder: its messages in the command line's words
+            arr, _ = encoder._encode_file(
+                str(txt), str(npy), batch_size=None, chunk_lines=DEFAULT_CHUNK_LINES, normalize_embeddings=False,
+                device=None, num_proc=1, say=lambda m: print(f" - {m}", file=sys.stderr), fresh_reason="--overwrite",
+                **options)
+        else:
+            arr = encoder.encode_file(str(txt), str(npy), **options)
         emb = as_embeddings(arr)
     expected = dd.num_unique if dd is not None else n
     if len(emb) != expected:
@@ -137,7 +147,12 @@ def run(args: argparse.Namespace) -> int:
     show = False if getattr(args, "no_progress", False) else None
     for p in (args.src, args.tgt):
         if not Path(p).is_file():
-            raise FileNotFoundError(f"input file not found: {p}")
+            raise FileNotFoundError(f"input file not found: {p}" if not Path(p).exists() else f"input {p} is not a file")
+    check_lang_arg(args.src_lang, WHO, "--src-lang")
+    check_lang_arg(args.tgt_lang, WHO, "--tgt-lang")
+    check_device_arg(args.device)
+    check_encoding_args(args)
+    check_output_path(args.output)  # before minutes of work, not after
     require_faiss()
     encoder = None
 
@@ -170,8 +185,6 @@ def run(args: argparse.Namespace) -> int:
         src_text = read_lines_at(args.src, src_lines)
         tgt_text = read_lines_at(args.tgt, tgt_lines)
         out_path = Path(args.output)
-        if out_path.parent and not out_path.parent.exists():
-            out_path.parent.mkdir(parents=True, exist_ok=True)
         with open(out_path, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
             for s, i, j in zip(res.scores.tolist(), src_lines.tolist(), tgt_lines.tolist()):
                 out.write(f"{s:.6f}\t{src_text[i]}\t{tgt_text[j]}\n")

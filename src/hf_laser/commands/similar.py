@@ -41,7 +41,7 @@ def nearest(queries: np.ndarray, targets: np.ndarray, k: int) -> tuple[np.ndarra
 
 def _read(path: str) -> list[str]:
     if not Path(path).is_file():
-        raise FileNotFoundError(f"{path} not found")
+        raise FileNotFoundError(f"{path} not found" if not Path(path).exists() else f"{path} is not a file")
     lines = Path(path).read_text(encoding="utf-8").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -53,13 +53,17 @@ def _read(path: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from ..models import resolve_model
     from ..tokenization_laser import _check_lang
-    from .common import load_encoder_for_cli
+    from ..langid import detect, is_auto
+    from .common import check_device_arg, check_lang_arg, load_encoder_for_cli
 
     try:
         if args.k < 1:
             raise ValueError(f"-k must be at least 1, got {args.k}")
         _check_lang(args.lang)
         _check_lang(args.target_lang)
+        check_lang_arg(args.lang, "hf-laser similar")
+        check_lang_arg(args.target_lang, "hf-laser similar", "--target-lang")
+        check_device_arg(args.device)
         queries = args.text if args.text else _read(args.input)
         targets = _read(args.target)
         encoder = load_encoder_for_cli(resolve_model(args.model, who="hf-laser similar"), "hf-laser similar",
@@ -69,9 +73,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     idx, scores = nearest(encoder.encode(queries, lang=args.lang), encoder.encode(targets, lang=args.target_lang),
                           args.k)
+    # with auto, each line is labelled with the language detected for it (what its preprocessing used)
+    query_langs = detect(queries) if is_auto(args.lang) else [args.lang] * len(queries)
+    target_langs = detect(targets) if is_auto(args.target_lang) else [args.target_lang] * len(targets)
     for i, query in enumerate(queries):
-        print(f"[{args.lang}] {query}")
+        print(f"[{query_langs[i]}] {query}")
         for rank in range(idx.shape[1]):
             j = int(idx[i, rank])
-            print(f"    {scores[i, rank]:.3f}  [{args.target_lang}] {targets[j]}")
+            print(f"    {scores[i, rank]:.3f}  [{target_langs[j]}] {targets[j]}")
     return 0

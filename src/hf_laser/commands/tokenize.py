@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from ..errors import exit_status, one_line
+from ..errors import UsageError, exit_status, one_line
+from .common import check_lang_arg
 
 WHO = "hf-laser tokenize"
 
@@ -49,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
     from ..tokenization_laser import LaserTextPipeline, LaserTokenizer
 
     try:
+        check_lang_arg(args.lang, WHO)
+        if args.input not in (None, "-") and not Path(args.input).exists():
+            raise UsageError(f"input file not found: {args.input}")  # as hf-laser embed says it
+        if args.input not in (None, "-") and Path(args.input).is_dir():
+            raise UsageError(f"input {args.input} is not a file")
         if args.bpe_codes is None and args.spm_model is None:
             model = resolve_model(args.model, who=WHO)
             check_local_dir(model)  # a missing local path is an error here, not a Hub id to look up

@@ -197,6 +197,9 @@ def load_embedding_shards(
     try:
         info = read_json(manifest)
         old = info["identity"]
+        if not isinstance(old, dict) or not isinstance(info["shards"], list) \
+                or not all(isinstance(sh, dict) for sh in info["shards"]):
+            raise TypeError("identity / shards of the wrong type")
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StaleEmbeddingsError(f"stale embedding shards: {manifest} is unreadable or from an older hf-laser "
                                    f"({type(err).__name__}); run embed-shards again") from None
