@@ -614,3 +614,25 @@ def test_real_data_smoke_run(tmp_path):
     bad = subprocess.run([sys.executable, str(REPO / "training" / "report.py"), "--run", str(out), "--baseline",
                           str(tmp_path)], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
     assert bad.returncode == 2 and "is not a model directory" in bad.stderr
+
+
+def test_an_output_dir_with_checkpoints_is_refused_in_one_line(tmp_path):
+    """Without --resume, a run into an OUT that has checkpoints stops before any work: one line, exit 2; through
+    `accelerate launch -q` no CalledProcessError traceback follows it (exit 1, accelerate's own status)."""
+    out = tmp_path / "out"
+    (out / "checkpoints" / "step-00000007").mkdir(parents=True)
+    (out / "checkpoints" / "step-00000007" / "COMPLETE").write_text("7")
+    config = REPO / "training" / "configs" / "tiny-cpu.yaml"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
+    direct = subprocess.run([sys.executable, str(REPO / "training" / "train.py"), "--config", str(config),
+                             "--output-dir", str(out)], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert direct.returncode == 2, direct.stderr[-2000:]
+    assert "Traceback" not in direct.stderr
+    assert "already has checkpoints (step-00000007); pass --resume" in direct.stderr
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "-q", "--config_file",
+                str(REPO / "training" / "accelerate_configs" / "cpu.yaml")]
+    launched = subprocess.run([*launcher, str(REPO / "training" / "train.py"), "--config", str(config),
+                               "--output-dir", str(out)], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert launched.returncode == 1 and "Traceback" not in launched.stderr, launched.stderr[-2000:]
+    assert "already has checkpoints" in launched.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints"]  # nothing written

@@ -441,7 +441,9 @@ def main(argv=None) -> int:
 
     found = checkpoints(out)
     if found and not args.resume:
-        raise SystemExit(f"{out} already has checkpoints ({found[-1].name}); pass --resume or use a new --output-dir")
+        print(f"train.py: error: {out} already has checkpoints ({found[-1].name}); pass --resume to continue that run "
+              "or use a new --output-dir", file=sys.stderr)
+        raise SystemExit(2)
     saved_cfg = out / "config.yaml"
     if args.resume and saved_cfg.is_file():
         previous = yaml.safe_load(saved_cfg.read_text())
