@@ -170,7 +170,7 @@ here): for real work, convert the original `bilstm.93langs.2018-12-26.pt` or `la
 
 ## Limitations
 
-A 1-layer BiLSTM trained for a few CPU hours: per-language quality varies widely (tables below). Mean error
+A {m['num_layers']}-layer BiLSTM trained on 2 CPU cores: per-language quality varies widely (tables below). Mean error
 FLORES-200 devtest {flores_mean:.1f} % over {len(flores)} languages; Tatoeba {focus.get('trained', float('nan')):.1f} %
 over {', '.join(FOCUS)} and {all_mean:.1f} % over all {n_tatoeba} Tatoeba v1 languages (both directions). Of those
 {len(FOCUS)} languages' Tatoeba pairs, the {coverage['covered_share']:.1f} % whose every word occurs at least 3 times

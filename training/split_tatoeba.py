@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import random
 import re
@@ -24,6 +23,11 @@ import shutil
 import sys
 import unicodedata
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `training` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from training.data import file_sha256  # noqa: E402
 
 BITEXT = re.compile(r"^tatoeba\.(?P<a>[^.-]+)-(?P<b>[^.-]+)\.(?P<side>[^.]+)\.gz$")
 SCRIPT_LANGS_WITHOUT_SPACES = ("zh", "ja", "yue", "wuu", "th", "lo", "km", "my")
@@ -76,8 +80,7 @@ def bitexts(src: Path) -> dict[tuple[str, str], tuple[Path, Path]]:
 
 def split(src: Path, out: Path, per_lang: int, min_pairs: int, seed: int) -> dict:
     files = bitexts(src)
-    sources = {p.name: hashlib.file_digest(open(p, "rb"), "sha256").hexdigest()
-               for pair in files.values() for p in pair}
+    sources = {p.name: file_sha256(p) for pair in files.values() for p in pair}
     args = {"per_lang": per_lang, "min_pairs": min_pairs, "seed": seed, "sources": sources}
     record = out / "split.json"
     if record.is_file() and json.loads(record.read_text()).get("args") == args:
