@@ -5,9 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import REPO, SHARED, require_shared
 from training.coverage import (covered, coverage_row, length_matched_error, main, mean_row, to_markdown,
@@ -104,8 +106,20 @@ def test_shipped_model_on_real_data_agrees_with_the_tatoeba_evaluation(tmp_path)
     from evaluation.tatoeba import evaluate_tatoeba
     from hf_laser import LaserEncoder
 
+    # the config's Tatoeba training split is written by training/split_tatoeba.py, git-ignored: make it here
+    from training.split_tatoeba import main as split_tatoeba
+
+    assert split_tatoeba(["--src", str(SHARED / "data" / "parallel" / "train" / "tatoeba"),
+                          "--out", str(tmp_path / "split")]) == 0
+    config = yaml.safe_load(Path(CONFIG).read_text())
+    split_entries = [i for i, c in enumerate(config["data"]["corpora"]) if str(c).endswith("tatoeba-split/train")]
+    assert len(split_entries) == 1, config["data"]["corpora"]
+    config["data"]["corpora"][split_entries[0]] = str(tmp_path / "split" / "train")
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+
     out = tmp_path / "out"
-    assert main(["--config", CONFIG, "--langs", "deu", "--tatoeba-dir", str(tatoeba), "--output-dir", str(out)]) == 0
+    assert main(["--config", str(config_path), "--langs", "deu", "--tatoeba-dir", str(tatoeba), "--output-dir", str(out)]) == 0
     row = json.loads((out / "coverage.json").read_text())["languages"]["deu"]
     expected = evaluate_tatoeba(EmbeddingCache(LaserEncoder.from_pretrained(), enabled=False, show_progress=False),
                                 ["deu"], folder=tatoeba, show_progress=False, log=lambda *_: None)["deu"]
