@@ -611,6 +611,11 @@ def test_real_data_smoke_run(tmp_path):
     tatoeba = json.loads((out / "report.json").read_text())["tatoeba"]
     assert tatoeba["baseline"] == tatoeba["untrained"] != tatoeba["trained"]
     assert "xx→en baseline" in report.stdout
+    # the baseline's FLORES is measured as the run's validation was: on the untrained encoder, its step-0 figures
+    flores = json.loads((out / "report.json").read_text())["flores"]
+    assert set(flores["baseline"]) == set(flores["untrained"]) == {"de", "es", "en"}
+    assert flores["baseline"] == pytest.approx(flores["untrained"], abs=1e-6)
+    assert "FLORES baseline" in report.stdout
     bad = subprocess.run([sys.executable, str(REPO / "training" / "report.py"), "--run", str(out), "--baseline",
                           str(tmp_path)], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
     assert bad.returncode == 2 and "is not a model directory" in bad.stderr

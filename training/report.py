@@ -13,8 +13,8 @@ those of the run's source languages); `--bucc-dir ../shared/data/mining` adds BU
 threshold optimised on the `training` split, F1 on `sample`) for both encoders; `--curve` adds a table of FLORES and
 Tatoeba (the 12 languages of `FOCUS`) errors against training minutes, one row per encoder snapshot
 (`training.snapshot_encoders`), with the run's held-out validation error (`valid_extra_error`) where it has one;
-`--baseline DIR` adds the Tatoeba (and BUCC) errors of another encoder, e.g. the model shipped before, as a third
-column; `--plot` writes `tatoeba.png` (error per language, sorted).
+`--baseline DIR` adds the FLORES (measured as the run's validation, on its languages), Tatoeba and BUCC errors of
+another encoder, e.g. the model shipped before, as a third column; `--plot` writes `tatoeba.png` (error per language, sorted).
 
 Writes `OUT/report.json` and `OUT/report.md`, and prints the Markdown.
 """
@@ -60,6 +60,28 @@ def flores_errors(rows: list[dict], step: int) -> dict[str, float]:
             return {k.removeprefix("valid_error_"): v for k, v in row.items()
                     if k.startswith("valid_error_")}
     return {}
+
+
+def model_flores_errors(model_dir: Path, folder: Path, langs: list[str], targets: list[str], device: str | None,
+                        max_sentences: int | None = None) -> dict[str, float]:
+    """`{lang: error %}` of any encoder on a multi-parallel folder, measured as the run's validation does
+    (`train.validate`: nearest neighbour by cosine, both directions against each target language, averaged), so
+    that another model (`--baseline`) is compared on exactly the run's languages and sentences."""
+    import torch
+
+    from evaluation.cache import EmbeddingCache
+    from evaluation.xsim import embed_languages, load_multiparallel
+    from hf_laser import LaserEncoder
+    from training.train import similarity_error
+
+    data = load_multiparallel(folder, langs, max_sentences=max_sentences, log=lambda *_: None)
+    cache = EmbeddingCache(LaserEncoder.from_pretrained(model_dir, device=device), enabled=False,
+                           show_progress=False)
+    emb = dict(zip(data.languages, torch.from_numpy(embed_languages(cache, data, show_progress=False))))
+    targets = [t for t in targets if t in emb]
+    return {lang: 100 * sum((similarity_error(emb[lang], emb[t]) + similarity_error(emb[t], emb[lang])) / 2
+                            for t in targets if t != lang) / len([t for t in targets if t != lang])
+            for lang in data.languages if [t for t in targets if t != lang]}
 
 
 def tatoeba_languages(source_languages, folder: Path) -> list[str]:
@@ -135,6 +157,13 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None,
     sources = sorted({direction.split("-")[0] for direction in directions})
     report = {"run": str(run), "exported_step": state["step"], "validation_path": cfg["validation"]["path"],
               "flores": {"untrained": flores_errors(rows, 0), "trained": flores_errors(rows, state["step"])}}
+    if baseline is not None and report["flores"]["trained"]:
+        folder = Path(cfg["validation"]["path"])
+        folder = folder if folder.is_absolute() else REPO / folder
+        langs = sorted(report["flores"]["trained"]) + [t for t in cfg["data"]["target_languages"]
+                                                        if t not in report["flores"]["trained"]]
+        report["flores"]["baseline"] = model_flores_errors(baseline, folder, langs, cfg["data"]["target_languages"],
+                                                           device, cfg["validation"].get("max_sentences"))
     if tatoeba_dir is not None:
         from evaluation.tatoeba import available_languages
 
@@ -173,15 +202,17 @@ def _cell(table: dict, lang: str, key: str | None = None) -> str:
 
 def to_markdown(report: dict) -> str:
     fl = report["flores"]
+    fl_models = ["untrained", *(["baseline"] if "baseline" in fl else []), "trained"]
     lines = [f"# Training report: {report['run']} (exported encoder: step {report['exported_step']})", "",
              "Similarity-search error in % (lower is better), untrained → trained. "
              f"FLORES: `{report['validation_path']}`, both directions against each target language, from the run's "
-             "validation.", "",
-             "| language | FLORES untrained | FLORES trained |", "|---|---|---|"]
+             "validation" + (" (the baseline measured the same way on the same languages: `model_flores_errors`)"
+                             if "baseline" in fl else "") + ".", "",
+             "| language | " + " | ".join(f"FLORES {m}" for m in fl_models) + " |", "|---|" + "---|" * len(fl_models)]
     for lang in sorted(set(fl["untrained"]) | set(fl["trained"])):
-        lines.append(f"| {lang} | {_cell(fl['untrained'], lang)} | {_cell(fl['trained'], lang)} |")
+        lines.append(f"| {lang} | " + " | ".join(_cell(fl[m], lang) for m in fl_models) + " |")
     means = {k: sum(v.values()) / len(v) for k, v in fl.items() if v}
-    lines.append(f"| average | {_cell(means, 'untrained')} | {_cell(means, 'trained')} |")
+    lines.append("| average | " + " | ".join(_cell(means, m) for m in fl_models) + " |")
     if "tatoeba" in report:
         tat = report["tatoeba"]
         models = ["untrained", *(["baseline"] if "baseline" in tat else []), "trained"]
@@ -228,7 +259,7 @@ def main(argv=None) -> int:
     parser.add_argument("--curve", action="store_true", help="errors against minutes, one row per encoder snapshot")
     parser.add_argument("--plot", action="store_true", help="write OUT/tatoeba.png (error per language, sorted)")
     parser.add_argument("--baseline", default=None, help="another encoder directory (e.g. the model shipped before) "
-                                                         "whose Tatoeba and BUCC errors are reported alongside")
+                                                         "whose FLORES, Tatoeba and BUCC errors are reported alongside")
     args = parser.parse_args(argv)
     run = Path(args.run)
     tatoeba_dir = None if args.tatoeba_dir == "none" else Path(args.tatoeba_dir)
