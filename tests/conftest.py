@@ -76,6 +76,18 @@ def tiny_laser2_dir(tmp_path_factory) -> Path:
                    spm_model=LASER2 / "laser2-ref.spm", spm_vocab=LASER2 / "laser2-ref.cvocab")
 
 
+@pytest.fixture(scope="session")
+def tatoeba_split(tmp_path_factory) -> Path:
+    """`training/split_tatoeba.py` run on the shared Tatoeba training pairs (~20 s): `train/` (what laser-mini's
+    config trains on) and `valid/` (the held-out pairs, one `xx-en/` folder per language)."""
+    require_shared(SHARED / "data" / "parallel" / "train" / "tatoeba")
+    from training.split_tatoeba import main as split_tatoeba
+
+    out = tmp_path_factory.mktemp("tatoeba-split")
+    assert split_tatoeba(["--src", str(SHARED / "data" / "parallel" / "train" / "tatoeba"), "--out", str(out)]) == 0
+    return out
+
+
 TATOEBA_FRA = SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra"
 
 

@@ -98,7 +98,7 @@ def test_refuses_languages_written_without_spaces(capsys):
     assert "cmn" in capsys.readouterr().err
 
 
-def test_shipped_model_on_real_data_agrees_with_the_tatoeba_evaluation(tmp_path):
+def test_shipped_model_on_real_data_agrees_with_the_tatoeba_evaluation(tmp_path, tatoeba_split):
     """End to end on the shipped model and the real corpora: the overall error is the Tatoeba evaluation's."""
     tatoeba = SHARED / "data" / "tatoeba" / "v1"
     require_shared(tatoeba, SHARED / "data" / "parallel" / "train")
@@ -106,15 +106,11 @@ def test_shipped_model_on_real_data_agrees_with_the_tatoeba_evaluation(tmp_path)
     from evaluation.tatoeba import evaluate_tatoeba
     from hf_laser import LaserEncoder
 
-    # the config's Tatoeba training split is written by training/split_tatoeba.py, git-ignored: make it here
-    from training.split_tatoeba import main as split_tatoeba
-
-    assert split_tatoeba(["--src", str(SHARED / "data" / "parallel" / "train" / "tatoeba"),
-                          "--out", str(tmp_path / "split")]) == 0
+    # the config names the git-ignored data/tatoeba-split/train of a working tree: use the fixture's split instead
     config = yaml.safe_load(Path(CONFIG).read_text())
     split_entries = [i for i, c in enumerate(config["data"]["corpora"]) if str(c).endswith("tatoeba-split/train")]
     assert len(split_entries) == 1, config["data"]["corpora"]
-    config["data"]["corpora"][split_entries[0]] = str(tmp_path / "split" / "train")
+    config["data"]["corpora"][split_entries[0]] = str(tatoeba_split / "train")
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
 

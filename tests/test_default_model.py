@@ -224,10 +224,19 @@ def test_written_directories_get_the_package_sources_as_code(writer, tmp_path):
     assert modules[0]["type"] == "sentence_transformers_laser.LaserSentenceTransformerModule"
 
 
-def test_model_card_names_the_useless_languages_that_had_training_data():
-    from training.export_default_model import useless_with_data
+def test_model_card_diagnoses_the_useless_languages():
+    """Training pairs, script and what the tokenizer makes of the text, for each useless language, and the causes."""
+    from training.export_default_model import diagnosis_markdown, useless_diagnosis
 
-    stats = {"pairs_per_direction": {"ar_Arab-en": 100, "ar_Latn-en": 20, "el-en": 300, "de-en": 999}}
-    tatoeba = {"useless": ["ara", "ell", "kab"]}  # kab: no training pairs, not named
-    assert useless_with_data(tatoeba, stats) == "training pairs of those that had any: ell 300, ara 120"
-    assert useless_with_data({"useless": ["kab"]}, stats) == "none of them had training pairs"
+    require_shared(SHARED / "data" / "tatoeba" / "v1")
+    stats = {"pairs_per_direction": {"ar_Arab-en": 100, "ar_Latn-en": 20, "de-en": 9999, "en-es": 7}}
+    tatoeba = {"useless": ["ara", "deu", "kzj"], "trained": {lang: {"xx2en_error": 95.0} for lang in ("ara", "deu", "kzj")}}
+    rows = useless_diagnosis(tatoeba, stats, Path(hf_laser.DEFAULT_MODEL))
+    assert [r["lang"] for r in rows] == ["deu", "ara", "kzj", "eng (their English sides)"]
+    assert [r["pairs"] for r in rows[:3]] == [9999, 120, 0]  # every corpus code of the language, most first
+    assert [r["script"] for r in rows[:3]] == ["Latin", "Arabic", "Latin"]
+    assert all(0 <= r["unknown_tokens"] < 100 and r["tokens_per_word"] > 0.5 for r in rows)
+    markdown = diagnosis_markdown(rows)
+    assert "| ara | 120 | Arabic |" in markdown and "| eng (their English sides) |  | Latin |" in markdown
+    assert "no training pair: 1 (kzj)" in markdown and "fewer than 5,000 pairs: 1 (ara)" in markdown
+    assert diagnosis_markdown([]) == ""

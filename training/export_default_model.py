@@ -69,19 +69,64 @@ def storage_cost(run: Path, dest: Path) -> dict:
     return {"max_abs_embedding_diff": diff, "focus_tatoeba_mean": means}
 
 
-def useless_with_data(tatoeba: dict, stats: dict) -> str:
-    """Which of the useless Tatoeba languages had training pairs (most first), from the run's `data_stats.json`."""
-    from evaluation.tatoeba import TATOEBA_LANGS
+def useless_diagnosis(tatoeba: dict, stats: dict, model_dir: Path, tatoeba_dir: Path = TATOEBA) -> list[dict]:
+    """Why the encoder fails a language: one row per useless Tatoeba language (`tatoeba["useless"]`) with its
+    training pairs (`data_stats.json`, every corpus code of the language), the script of its Tatoeba sentences, and
+    what the model's tokenizer makes of them: the share of unknown tokens (characters the vocabulary lacks) and BPE
+    tokens per whitespace word (several times English's: the words are split into pieces it rarely saw, or the script
+    writes no spaces). Rows sorted by training pairs, most first."""
+    from evaluation.tatoeba import TATOEBA_LANGS, read_lines, tatoeba_paths
+    from evaluation.xsim import dominant_script
+    from hf_laser import LaserTokenizer
 
+    tokenizer = LaserTokenizer.from_pretrained(model_dir)
+    unk, eos = tokenizer.unk_token_id, tokenizer.eos_token_id
     pairs: dict[str, int] = {}
     for direction, n in stats["pairs_per_direction"].items():
-        code = direction.split("-")[0].split("_")[0]  # ar_Arab-en -> ar
+        code = direction.split("-")[0].split("_")[0]
         pairs[code] = pairs.get(code, 0) + n
-    trained = sorted(((pairs[TATOEBA_LANGS.get(lang, lang)], lang) for lang in tatoeba.get("useless", [])
-                      if pairs.get(TATOEBA_LANGS.get(lang, lang))), reverse=True)
-    if not trained:
-        return "none of them had training pairs"
-    return "training pairs of those that had any: " + ", ".join(f"{lang} {n:,}" for n, lang in trained)
+    rows = []
+    for lang in tatoeba.get("useless", []):
+        code = TATOEBA_LANGS.get(lang, lang)
+        lines = [line for line in read_lines(tatoeba_paths(tatoeba_dir, lang)[0]) if line.strip()]
+        ids = [[i for i in seq if i != eos] for seq in tokenizer(lines, lang=code)["input_ids"]]
+        n_tokens = sum(map(len, ids))
+        rows.append({"lang": lang, "code": code, "pairs": pairs.get(code, 0), "script": dominant_script(lines),
+                     "unknown_tokens": round(100 * sum(seq.count(unk) for seq in ids) / max(n_tokens, 1), 1),
+                     "tokens_per_word": round(n_tokens / max(sum(len(line.split()) for line in lines), 1), 2),
+                     "xx2en_error": tatoeba["trained"][lang]["xx2en_error"]})
+    rows.sort(key=lambda row: (-row["pairs"], row["lang"]))
+    if rows:  # English sides of the same files, for scale (punctuation counts as tokens, not as words)
+        english = [line for r in rows for line in read_lines(tatoeba_paths(tatoeba_dir, r["lang"])[1]) if line.strip()]
+        ids = [[i for i in seq if i != eos] for seq in tokenizer(english, lang="en")["input_ids"]]
+        rows.append({"lang": "eng (their English sides)", "code": "en", "pairs": pairs.get("en", 0),
+                     "script": "Latin", "reference": True,
+                     "unknown_tokens": round(100 * sum(seq.count(unk) for seq in ids) / max(sum(map(len, ids)), 1), 1),
+                     "tokens_per_word": round(sum(map(len, ids)) / max(sum(len(x.split()) for x in english), 1), 2),
+                     "xx2en_error": None})
+    return rows
+
+
+def diagnosis_markdown(rows: list[dict]) -> str:
+    """The table of [`useless_diagnosis`] and a count of the likely causes."""
+    if not rows:
+        return ""
+    lines = ["| language | training pairs | script | unknown tokens | BPE tokens per word | xx→en error |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['lang']} | {'' if r.get('reference') else format(r['pairs'], ',')} | {r['script']} | "
+              f"{r['unknown_tokens']:.1f} % | {r['tokens_per_word']:.2f} | "
+              f"{'' if r['xx2en_error'] is None else format(r['xx2en_error'], '.1f')} |" for r in rows]
+    rows = [r for r in rows if not r.get("reference")]
+    no_data = [r["lang"] for r in rows if r["pairs"] == 0]
+    few = [r["lang"] for r in rows if 0 < r["pairs"] < 5000]
+    unknown = [r["lang"] for r in rows if r["pairs"] >= 5000 and r["unknown_tokens"] >= 5]
+    rest = [r["lang"] for r in rows if r["pairs"] >= 5000 and r["unknown_tokens"] < 5]
+    causes = [f"no training pair: {len(no_data)} ({', '.join(no_data)})" if no_data else "",
+              f"fewer than 5,000 pairs: {len(few)} ({', '.join(few)})" if few else "",
+              f"5,000 pairs or more but ≥ 5 % unknown tokens (a script the joint BPE hardly covers): {len(unknown)} "
+              f"({', '.join(unknown)})" if unknown else "",
+              f"5,000 pairs or more and a vocabulary that covers them: {len(rest)} ({', '.join(rest)})" if rest else ""]
+    return "\n".join(lines) + "\n\nLikely causes: " + "; ".join(c for c in causes if c) + ".\n"
 
 
 def coverage_split(run: Path, dest: Path) -> dict:
@@ -105,7 +150,8 @@ def tatoeba_split(cfg: dict) -> dict | None:
     return None
 
 
-def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict, coverage: dict) -> str:
+def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict, coverage: dict,
+               diagnosis: list[dict]) -> str:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     config = json.loads((dest / "config.json").read_text())
     stats = json.loads((run / "data_stats.json").read_text())
@@ -216,9 +262,10 @@ Produced by `python training/report.py --run runs/laser-mini --tatoeba-langs all
 --curve --plot [--baseline PREVIOUS_MODEL]`; "untrained" is the same architecture at step 0, "baseline" (where
 present) the laser-mini shipped before this one. Error = nearest-neighbour search by cosine,
 in %, lower is better. Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the
-Tatoeba table: the model is useless for them ({useless_with_data(tat, stats)}; why the model fails on those it
-was trained on was not analysed).
+Tatoeba table: the model is useless for them. Why, as far as the data and the tokenizer tell
+(`export_default_model.useless_diagnosis`):
 
+{diagnosis_markdown(diagnosis)}
 {report_md.split(chr(10), 2)[2]}
 ![Tatoeba error per language](tatoeba.png)
 
@@ -253,7 +300,8 @@ def main(argv=None) -> int:
     save_half(run, dest)
     shutil.copy(run / "tatoeba.png", dest / "tatoeba.png")
     cost = storage_cost(run, dest)
-    card = model_card(run, dest, report, (run / "report.md").read_text(), cost, coverage_split(run, dest))
+    diagnosis = useless_diagnosis(report.get("tatoeba", {}), json.loads((run / "data_stats.json").read_text()), dest)
+    card = model_card(run, dest, report, (run / "report.md").read_text(), cost, coverage_split(run, dest), diagnosis)
     (dest / "README.md").write_text(card, encoding="utf-8")
     if args.repo_card:
         Path(args.repo_card).write_text(card.replace("](tatoeba.png)", "](src/hf_laser/models/laser-mini/tatoeba.png)"),
