@@ -177,6 +177,20 @@ def test_extra_validation_selects_the_best_step_by_the_mean(tmp_path):
     assert state == {"step": best["step"], "valid_mean": pytest.approx(best["valid_mean"])}
     assert f"best validation error {best['valid_mean']:.2f}% (valid_mean) at step {best['step']}" in (out / "final" / "README.md").read_text()
 
+    # report.py: the held-out sets get a table; a --baseline is measured on them as the validation measured the run
+    # (here the untrained encoder: its step-0 figures, exactly)
+    from training.report import main as report_main
+
+    assert report_main(["--run", str(out), "--tatoeba-dir", "none", "--baseline", str(out / "untrained")]) == 0
+    report = json.loads((out / "report.json").read_text())
+    step0 = validated[0]
+    assert report["held_out"]["trained"] == {name: pytest.approx(best[f"valid_extra_error_{name}"])
+                                             for name in ("xx-en", "yy-en")}
+    assert report["held_out"]["baseline"] == {name: pytest.approx(step0[f"valid_extra_error_{name}"], abs=1e-6)
+                                              for name in ("xx-en", "yy-en")}
+    assert report["flores"]["baseline"] == pytest.approx(report["flores"]["untrained"], abs=1e-6)
+    assert "| xx-en |" in (out / "report.md").read_text()
+
 
 def test_model_card_finds_the_tatoeba_split_the_run_trained_on(tmp_path, tatoeba_folder):
     from training.export_default_model import tatoeba_split

@@ -13,8 +13,10 @@ those of the run's source languages); `--bucc-dir ../shared/data/mining` adds BU
 threshold optimised on the `training` split, F1 on `sample`) for both encoders; `--curve` adds a table of FLORES and
 Tatoeba (the 12 languages of `FOCUS`) errors against training minutes, one row per encoder snapshot
 (`training.snapshot_encoders`), with the run's held-out validation error (`valid_extra_error`) where it has one;
-`--baseline DIR` adds the FLORES (measured as the run's validation, on its languages), Tatoeba and BUCC errors of
-another encoder, e.g. the model shipped before, as a third column; `--plot` writes `tatoeba.png` (error per language, sorted).
+`--baseline DIR` adds the FLORES and held-out errors (measured as the run's validation, on its languages and sets),
+the Tatoeba and the BUCC errors of another encoder, e.g. the model shipped before, as a third column; `--plot`
+writes `tatoeba.png` (error per language, sorted). The held-out validation sets of the run
+(`validation.extra_path`), if any, get a table of their own.
 
 Writes `OUT/report.json` and `OUT/report.md`, and prints the Markdown.
 """
@@ -62,7 +64,7 @@ def flores_errors(rows: list[dict], step: int) -> dict[str, float]:
     return {}
 
 
-def model_flores_errors(model_dir: Path, folder: Path, langs: list[str], targets: list[str], device: str | None,
+def model_flores_errors(model_dir: Path, folder: Path, langs: list[str] | None, targets: list[str], device: str | None,
                         max_sentences: int | None = None) -> dict[str, float]:
     """`{lang: error %}` of any encoder on a multi-parallel folder, measured as the run's validation does
     (`train.validate`: nearest neighbour by cosine, both directions against each target language, averaged), so
@@ -82,6 +84,29 @@ def model_flores_errors(model_dir: Path, folder: Path, langs: list[str], targets
     return {lang: 100 * sum((similarity_error(emb[lang], emb[t]) + similarity_error(emb[t], emb[lang])) / 2
                             for t in targets if t != lang) / len([t for t in targets if t != lang])
             for lang in data.languages if [t for t in targets if t != lang]}
+
+
+def held_out_errors(rows: list[dict], step: int) -> dict[str, float]:
+    """`{set: error %}` of the extra validation sets (`validation.extra_path`, e.g. the held-out Tatoeba pairs of
+    training/split_tatoeba.py) at `step`."""
+    for row in rows:
+        if row["step"] == step and "valid_extra_error" in row:
+            return {k.removeprefix("valid_extra_error_"): v for k, v in row.items()
+                    if k.startswith("valid_extra_error_")}
+    return {}
+
+
+def model_held_out_errors(model_dir: Path, folder: Path, sets: list[str], targets: list[str],
+                          device: str | None) -> dict[str, float]:
+    """`{set: error %}` of any encoder on the extra validation sets, measured as `train.validate_extra` does (the
+    mean over each set's non-target languages of `model_flores_errors`)."""
+    out = {}
+    for name in sets:
+        errors = model_flores_errors(model_dir, folder / name, None, targets, device)
+        errors = [e for lang, e in errors.items() if lang not in targets]
+        if errors:
+            out[name] = sum(errors) / len(errors)
+    return out
 
 
 def tatoeba_languages(source_languages, folder: Path) -> list[str]:
@@ -164,6 +189,14 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None,
                                                         if t not in report["flores"]["trained"]]
         report["flores"]["baseline"] = model_flores_errors(baseline, folder, langs, cfg["data"]["target_languages"],
                                                            device, cfg["validation"].get("max_sentences"))
+    held_out = held_out_errors(rows, state["step"])
+    if held_out:
+        report["held_out"] = {"path": cfg["validation"]["extra_path"], "trained": held_out}
+        if baseline is not None:
+            folder = Path(cfg["validation"]["extra_path"])
+            report["held_out"]["baseline"] = model_held_out_errors(
+                baseline, folder if folder.is_absolute() else REPO / folder, sorted(held_out),
+                cfg["data"]["target_languages"], device)
     if tatoeba_dir is not None:
         from evaluation.tatoeba import available_languages
 
@@ -213,6 +246,16 @@ def to_markdown(report: dict) -> str:
         lines.append(f"| {lang} | " + " | ".join(_cell(fl[m], lang) for m in fl_models) + " |")
     means = {k: sum(v.values()) / len(v) for k, v in fl.items() if v}
     lines.append("| average | " + " | ".join(_cell(means, m) for m in fl_models) + " |")
+    if "held_out" in report:
+        ho = report["held_out"]
+        ho_models = [*(["baseline"] if "baseline" in ho else []), "trained"]
+        lines += ["", f"Held-out validation pairs (`{ho['path']}`: in neither the training data nor the test set), "
+                      "both directions against each target language" + (", the baseline measured the same way"
+                                                                        if "baseline" in ho else "") + ":", "",
+                  "| set | " + " | ".join(ho_models) + " |", "|---|" + "---|" * len(ho_models)]
+        lines += [f"| {name} | " + " | ".join(_cell(ho[m], name) for m in ho_models) + " |" for name in sorted(ho["trained"])]
+        means = {m: sum(ho[m].values()) / len(ho[m]) for m in ho_models if ho[m]}
+        lines.append("| average | " + " | ".join(_cell(means, m) for m in ho_models) + " |")
     if "tatoeba" in report:
         tat = report["tatoeba"]
         models = ["untrained", *(["baseline"] if "baseline" in tat else []), "trained"]
