@@ -89,8 +89,8 @@ def test_tatoeba_through_mteb_equals_evaluation_tatoeba(encoder, tmp_path):
         row = result[lang]
         assert row["mteb_xx2en_errors"] == row["tatoeba_py_xx2en_errors"]
         assert (row["mteb_lang_xx"], row["mteb_lang_en"]) == (TATOEBA_LANGS[lang], "en")
-    # laser-mini retrieves French far better than chance (its card: 69.0 % xx->en error)
-    assert result["fra"]["mteb_accuracy"] > 0.2
+    # laser-mini retrieves French far better than chance (its card: 18.9 % xx->en error)
+    assert result["fra"]["mteb_accuracy"] > 0.7
 
 
 def nearest_neighbour_accuracy(src: np.ndarray, tgt: np.ndarray, gold: list[tuple[int, int]]) -> float:

@@ -116,16 +116,23 @@ def diagnosis_markdown(rows: list[dict]) -> str:
     lines += [f"| {r['lang']} | {'' if r.get('reference') else format(r['pairs'], ',')} | {r['script']} | "
               f"{r['unknown_tokens']:.1f} % | {r['tokens_per_word']:.2f} | "
               f"{'' if r['xx2en_error'] is None else format(r['xx2en_error'], '.1f')} |" for r in rows]
+    english = next((r["tokens_per_word"] for r in rows if r.get("reference")), None)
     rows = [r for r in rows if not r.get("reference")]
+    split = (lambda r: english is not None and r["tokens_per_word"] >= 2 * english)  # noqa: E731
     no_data = [r["lang"] for r in rows if r["pairs"] == 0]
     few = [r["lang"] for r in rows if 0 < r["pairs"] < 5000]
-    unknown = [r["lang"] for r in rows if r["pairs"] >= 5000 and r["unknown_tokens"] >= 5]
-    rest = [r["lang"] for r in rows if r["pairs"] >= 5000 and r["unknown_tokens"] < 5]
+    enough = [r for r in rows if r["pairs"] >= 5000]
+    unknown = [r["lang"] for r in enough if r["unknown_tokens"] >= 5]
+    pieces = [r["lang"] for r in enough if r["unknown_tokens"] < 5 and split(r)]
+    rest = [r["lang"] for r in enough if r["unknown_tokens"] < 5 and not split(r)]
     causes = [f"no training pair: {len(no_data)} ({', '.join(no_data)})" if no_data else "",
               f"fewer than 5,000 pairs: {len(few)} ({', '.join(few)})" if few else "",
               f"5,000 pairs or more but ≥ 5 % unknown tokens (a script the joint BPE hardly covers): {len(unknown)} "
               f"({', '.join(unknown)})" if unknown else "",
-              f"5,000 pairs or more and a vocabulary that covers them: {len(rest)} ({', '.join(rest)})" if rest else ""]
+              f"5,000 pairs or more, but words cut into at least twice as many BPE pieces as English's (the joint "
+              f"BPE gave the language few merges): {len(pieces)} ({', '.join(pieces)})" if pieces else "",
+              f"5,000 pairs or more and a vocabulary that covers them (not explained by data or tokenizer): "
+              f"{len(rest)} ({', '.join(rest)})" if rest else ""]
     return "\n".join(lines) + "\n\nLikely causes: " + "; ".join(c for c in causes if c) + ".\n"
 
 
