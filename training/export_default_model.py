@@ -28,7 +28,7 @@ if str(REPO) not in sys.path:  # run as a script: make `training`, `evaluation` 
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from training.report import FOCUS, USELESS_ERROR, tatoeba_errors  # noqa: E402
+from training.report import FOCUS, USELESS_ERROR, base_language, tatoeba_errors  # noqa: E402
 
 DEST = REPO / "src" / "hf_laser" / "models" / "laser-mini"
 TATOEBA = REPO.parent / "shared" / "data" / "tatoeba" / "v1"
@@ -80,30 +80,29 @@ def useless_diagnosis(tatoeba: dict, stats: dict, model_dir: Path, tatoeba_dir: 
     from hf_laser import LaserTokenizer
 
     tokenizer = LaserTokenizer.from_pretrained(model_dir)
-    unk, eos = tokenizer.unk_token_id, tokenizer.eos_token_id
+
+    def token_stats(lines: list[str], code: str) -> dict:
+        ids = [[i for i in seq if i != tokenizer.eos_token_id] for seq in tokenizer(lines, lang=code)["input_ids"]]
+        n_tokens = sum(map(len, ids))
+        return {"unknown_tokens": round(100 * sum(seq.count(tokenizer.unk_token_id) for seq in ids)
+                                        / max(n_tokens, 1), 1),
+                "tokens_per_word": round(n_tokens / max(sum(len(line.split()) for line in lines), 1), 2)}
+
     pairs: dict[str, int] = {}
     for direction, n in stats["pairs_per_direction"].items():
-        code = direction.split("-")[0].split("_")[0]
+        code = base_language(direction.split("-")[0])
         pairs[code] = pairs.get(code, 0) + n
     rows = []
     for lang in tatoeba.get("useless", []):
         code = TATOEBA_LANGS.get(lang, lang)
         lines = [line for line in read_lines(tatoeba_paths(tatoeba_dir, lang)[0]) if line.strip()]
-        ids = [[i for i in seq if i != eos] for seq in tokenizer(lines, lang=code)["input_ids"]]
-        n_tokens = sum(map(len, ids))
         rows.append({"lang": lang, "code": code, "pairs": pairs.get(code, 0), "script": dominant_script(lines),
-                     "unknown_tokens": round(100 * sum(seq.count(unk) for seq in ids) / max(n_tokens, 1), 1),
-                     "tokens_per_word": round(n_tokens / max(sum(len(line.split()) for line in lines), 1), 2),
-                     "xx2en_error": tatoeba["trained"][lang]["xx2en_error"]})
+                     **token_stats(lines, code), "xx2en_error": tatoeba["trained"][lang]["xx2en_error"]})
     rows.sort(key=lambda row: (-row["pairs"], row["lang"]))
     if rows:  # English sides of the same files, for scale (punctuation counts as tokens, not as words)
         english = [line for r in rows for line in read_lines(tatoeba_paths(tatoeba_dir, r["lang"])[1]) if line.strip()]
-        ids = [[i for i in seq if i != eos] for seq in tokenizer(english, lang="en")["input_ids"]]
         rows.append({"lang": "eng (their English sides)", "code": "en", "pairs": pairs.get("en", 0),
-                     "script": "Latin", "reference": True,
-                     "unknown_tokens": round(100 * sum(seq.count(unk) for seq in ids) / max(sum(map(len, ids)), 1), 1),
-                     "tokens_per_word": round(sum(map(len, ids)) / max(sum(len(x.split()) for x in english), 1), 2),
-                     "xx2en_error": None})
+                     "script": "Latin", "reference": True, **token_stats(english, "en"), "xx2en_error": None})
     return rows
 
 

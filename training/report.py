@@ -64,26 +64,28 @@ def flores_errors(rows: list[dict], step: int) -> dict[str, float]:
     return {}
 
 
-def model_flores_errors(model_dir: Path, folder: Path, langs: list[str] | None, targets: list[str], device: str | None,
-                        max_sentences: int | None = None) -> dict[str, float]:
-    """`{lang: error %}` of any encoder on a multi-parallel folder, measured as the run's validation does
+def model_flores_errors(encoder, folder: Path, langs: list[str] | None, targets: list[str], *,
+                        max_sentences: int | None = None, pretokenized: bool = False) -> dict[str, float]:
+    """`{lang: error %}` of a `LaserEncoder` on a multi-parallel folder, measured as the run's validation does
     (`train.validate`: nearest neighbour by cosine, both directions against each target language, averaged), so
     that another model (`--baseline`) is compared on exactly the run's languages and sentences."""
     import torch
 
     from evaluation.cache import EmbeddingCache
     from evaluation.xsim import embed_languages, load_multiparallel
-    from hf_laser import LaserEncoder
     from training.train import similarity_error
 
     data = load_multiparallel(folder, langs, max_sentences=max_sentences, log=lambda *_: None)
-    cache = EmbeddingCache(LaserEncoder.from_pretrained(model_dir, device=device), enabled=False,
-                           show_progress=False)
-    emb = dict(zip(data.languages, torch.from_numpy(embed_languages(cache, data, show_progress=False))))
-    targets = [t for t in targets if t in emb]
-    return {lang: 100 * sum((similarity_error(emb[lang], emb[t]) + similarity_error(emb[t], emb[lang])) / 2
-                            for t in targets if t != lang) / len([t for t in targets if t != lang])
-            for lang in data.languages if [t for t in targets if t != lang]}
+    cache = EmbeddingCache(encoder, enabled=False, show_progress=False)
+    emb = dict(zip(data.languages, torch.from_numpy(embed_languages(cache, data, pretokenized=pretokenized,
+                                                                    show_progress=False))))
+    errors = {}
+    for lang in data.languages:
+        others = [t for t in targets if t in emb and t != lang]
+        if others:
+            errors[lang] = 100 * sum(similarity_error(emb[lang], emb[t]) + similarity_error(emb[t], emb[lang])
+                                     for t in others) / (2 * len(others))
+    return errors
 
 
 def held_out_errors(rows: list[dict], step: int) -> dict[str, float]:
@@ -96,13 +98,13 @@ def held_out_errors(rows: list[dict], step: int) -> dict[str, float]:
     return {}
 
 
-def model_held_out_errors(model_dir: Path, folder: Path, sets: list[str], targets: list[str],
-                          device: str | None) -> dict[str, float]:
-    """`{set: error %}` of any encoder on the extra validation sets, measured as `train.validate_extra` does (the
-    mean over each set's non-target languages of `model_flores_errors`)."""
+def model_held_out_errors(encoder, folder: Path, sets: list[str], targets: list[str],
+                          max_sentences: int | None = None) -> dict[str, float]:
+    """`{set: error %}` of a `LaserEncoder` on the extra validation sets, measured as `train.validate_extra` does
+    (the mean over each set's non-target languages of `model_flores_errors`)."""
     out = {}
     for name in sets:
-        errors = model_flores_errors(model_dir, folder / name, None, targets, device)
+        errors = model_flores_errors(encoder, folder / name, None, targets, max_sentences=max_sentences)
         errors = [e for lang, e in errors.items() if lang not in targets]
         if errors:
             out[name] = sum(errors) / len(errors)
@@ -182,21 +184,25 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None,
     sources = sorted({direction.split("-")[0] for direction in directions})
     report = {"run": str(run), "exported_step": state["step"], "validation_path": cfg["validation"]["path"],
               "flores": {"untrained": flores_errors(rows, 0), "trained": flores_errors(rows, state["step"])}}
-    if baseline is not None and report["flores"]["trained"]:
-        folder = Path(cfg["validation"]["path"])
-        folder = folder if folder.is_absolute() else REPO / folder
-        langs = sorted(report["flores"]["trained"]) + [t for t in cfg["data"]["target_languages"]
-                                                        if t not in report["flores"]["trained"]]
-        report["flores"]["baseline"] = model_flores_errors(baseline, folder, langs, cfg["data"]["target_languages"],
-                                                           device, cfg["validation"].get("max_sentences"))
+    vcfg, targets = cfg["validation"], cfg["data"]["target_languages"]
+    baseline_encoder = None
+    if baseline is not None:
+        from hf_laser import LaserEncoder
+
+        baseline_encoder = LaserEncoder.from_pretrained(baseline, device=device)
+    resolve = lambda path: Path(path) if Path(path).is_absolute() else REPO / path  # noqa: E731
+    if baseline_encoder is not None and report["flores"]["trained"]:
+        langs = sorted(report["flores"]["trained"]) + [t for t in targets if t not in report["flores"]["trained"]]
+        report["flores"]["baseline"] = model_flores_errors(
+            baseline_encoder, resolve(vcfg["path"]), langs, targets, max_sentences=vcfg.get("max_sentences"),
+            pretokenized=vcfg.get("pretokenized", False))
     held_out = held_out_errors(rows, state["step"])
     if held_out:
-        report["held_out"] = {"path": cfg["validation"]["extra_path"], "trained": held_out}
-        if baseline is not None:
-            folder = Path(cfg["validation"]["extra_path"])
+        report["held_out"] = {"path": vcfg["extra_path"], "trained": held_out}
+        if baseline_encoder is not None:
             report["held_out"]["baseline"] = model_held_out_errors(
-                baseline, folder if folder.is_absolute() else REPO / folder, sorted(held_out),
-                cfg["data"]["target_languages"], device)
+                baseline_encoder, resolve(vcfg["extra_path"]), sorted(held_out), targets,
+                vcfg.get("extra_max_sentences"))
     if tatoeba_dir is not None:
         from evaluation.tatoeba import available_languages
 
