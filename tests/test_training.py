@@ -641,3 +641,29 @@ def test_an_output_dir_with_checkpoints_is_refused_in_one_line(tmp_path):
     assert launched.returncode == 1 and "Traceback" not in launched.stderr, launched.stderr[-2000:]
     assert "already has checkpoints" in launched.stderr
     assert sorted(p.name for p in out.iterdir()) == ["checkpoints"]  # nothing written
+
+
+def test_init_from_continues_an_exported_model_and_refuses_a_mismatched_one(cipher_setup, cipher_run, tmp_path):
+    """`training.init_from`: step 0 of the continued run is the exported encoder (its validation error is the one
+    the first run selected it by); another vocabulary or encoder shape is refused before any training."""
+    _, config = cipher_setup
+    first, _ = cipher_run
+    final = first / "final"
+    selected = min((r for r in metrics(first) if "valid_error" in r and r["step"] > 0), key=lambda r: r["valid_error"])
+    out = tmp_path / "continued"
+    log = run_train(config, out, "--set", f"training.init_from={final}", "--set", f"tokenizer.path={final}",
+                    "--set", "training.max_steps=20", "--set", "training.eval_every=20")
+    assert "encoder initialised from" in log
+    rows = metrics(out)
+    assert rows[0]["step"] == 0 and rows[0]["valid_error"] == pytest.approx(selected["valid_error"], abs=1e-9)
+    fresh = [r for r in metrics(first) if r["step"] == 0][0]
+    assert rows[0]["valid_error"] < fresh["valid_error"] / 2  # not the untrained model
+    # another encoder shape, then another vocabulary: refused, naming what differs
+    proc, log_path = run_train(config, tmp_path / "wide", "--set", f"training.init_from={final}", "--set",
+                               f"tokenizer.path={final}", "--set", "model.hidden_size=48", wait=False)
+    assert proc.wait(timeout=300) != 0 and "hidden_size" in log_path.read_text()
+    proc, log_path = run_train(config, tmp_path / "vocab", "--set", f"training.init_from={final}", "--set",
+                               "tokenizer.bpe_merges=200", wait=False)
+    assert proc.wait(timeout=300) != 0
+    text = log_path.read_text()
+    assert "vocab_size" in text or "another vocabulary" in text, text[-2000:]

@@ -42,7 +42,7 @@ from transformers import get_scheduler  # noqa: E402
 from hf_laser.configuration_laser import LaserConfig  # noqa: E402
 from hf_laser.encoder import plan_batches  # noqa: E402
 from hf_laser.model_card import write_model_card  # noqa: E402
-from hf_laser.modeling_laser import LaserForPreTraining  # noqa: E402
+from hf_laser.modeling_laser import LaserForPreTraining, LaserModel  # noqa: E402
 from hf_laser.tokenization_laser import LaserTokenizer  # noqa: E402
 from training.data import (  # noqa: E402
     BatchSchedule,
@@ -103,6 +103,9 @@ DEFAULTS = {
         "num_epochs": None,
         "max_minutes": None,             # wall-clock budget of this launch (from its start), checked every
                                          # log_every steps: then validate, checkpoint, export (extra time) and stop
+        "init_from": None,               # a LaserModel directory (e.g. an earlier run's final/ or a shipped model):
+                                         # the encoder starts from its weights (continued training); needs the
+                                         # same tokenizer and encoder shape, checked at start
         "learning_rate": 1.0e-3,
         "lr_scheduler": "constant",      # any transformers scheduler name: constant, linear, cosine, inverse_sqrt ...
         "warmup_steps": 0,
@@ -263,6 +266,33 @@ def get_tokenizer(cfg: dict, out: Path, log) -> LaserTokenizer:
     if (Path(tokenizer.name_or_path) / "bpe_stats.json").is_file():
         shutil.copy(Path(tokenizer.name_or_path) / "bpe_stats.json", target / "bpe_stats.json")
     return tokenizer
+
+
+# ---------------------------------------------------------------------------------------------- continued training
+ENCODER_SHAPE_KEYS = ("vocab_size", "embed_dim", "hidden_size", "num_layers", "bidirectional", "pad_token_id",
+                      "eos_token_id", "unk_token_id", "bos_token_id", "left_pad")
+
+
+def init_encoder_from(model: LaserForPreTraining, path: Path, tokenizer: LaserTokenizer, log) -> None:
+    """Copies the encoder weights of the LaserModel directory `path` into `model.laser` (`training.init_from`).
+
+    Refuses a directory whose vocabulary or encoder shape differs from this run's: the same ids must mean the
+    same tokens, or the continued model would silently start from garbage.
+    """
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"training.init_from: {path} is not a LaserModel directory (no config.json)")
+    start = LaserModel.from_pretrained(str(path), dtype=torch.float32)
+    mismatched = {k: (getattr(start.config, k, None), getattr(model.config, k, None)) for k in ENCODER_SHAPE_KEYS
+                  if getattr(start.config, k, None) != getattr(model.config, k, None)}
+    if mismatched:
+        raise ValueError(f"training.init_from: {path} differs from this run's model in {mismatched} "
+                         "(theirs, ours); set model.* (and tokenizer.path) to match it")
+    theirs = LaserTokenizer.from_pretrained(str(path)).get_vocab()
+    if theirs != tokenizer.get_vocab():
+        raise ValueError(f"training.init_from: {path} has another vocabulary than this run's tokenizer; set "
+                         f"tokenizer.path: {path}")
+    model.laser.load_state_dict(start.state_dict(), strict=True)
+    log(f"encoder initialised from {path} ({sum(p.numel() for p in start.parameters()):,} parameters)")
 
 
 # ---------------------------------------------------------------------------------------------- validation
@@ -485,6 +515,8 @@ def main(argv=None) -> int:
         **{**cfg["model"], **({} if uses_decoder(tr["objective"]) else {"decoder_num_layers": 0})},
     )
     model = LaserForPreTraining(model_config)
+    if tr["init_from"] and not (args.resume and found):  # a resumed run's checkpoint already holds these weights
+        init_encoder_from(model, REPO / tr["init_from"], tokenizer, log)
     optimizer = torch.optim.Adam(model.parameters(), lr=tr["learning_rate"], betas=tuple(tr["adam_betas"]),
                                  eps=tr["adam_eps"], weight_decay=tr["weight_decay"])
     world, rank, accum = accelerator.num_processes, accelerator.process_index, tr["gradient_accumulation_steps"]
