@@ -658,6 +658,13 @@ def test_init_from_continues_an_exported_model_and_refuses_a_mismatched_one(ciph
     assert rows[0]["step"] == 0 and rows[0]["valid_error"] == pytest.approx(selected["valid_error"], abs=1e-9)
     fresh = [r for r in metrics(first) if r["step"] == 0][0]
     assert rows[0]["valid_error"] < fresh["valid_error"] / 2  # not the untrained model
+    # the report names step 0 for what it is: the encoder the run continued, not an untrained one
+    from training.report import main as report_main
+
+    assert report_main(["--run", str(out), "--tatoeba-dir", "none"]) == 0
+    markdown = (out / "report.md").read_text()
+    assert "| language | FLORES start | FLORES trained |" in markdown and f"step 0: `{final}`" in markdown
+    assert "untrained" not in markdown
     # another encoder shape, then another vocabulary: refused, naming what differs
     proc, log_path = run_train(config, tmp_path / "wide", "--set", f"training.init_from={final}", "--set",
                                f"tokenizer.path={final}", "--set", "model.hidden_size=48", wait=False)

@@ -183,6 +183,8 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None,
     directions = json.loads((run / "data_stats.json").read_text())["pairs_per_direction"]
     sources = sorted({direction.split("-")[0] for direction in directions})
     report = {"run": str(run), "exported_step": state["step"], "validation_path": cfg["validation"]["path"],
+              # a continued run (training.init_from) starts from a trained encoder: step 0 is that one, not untrained
+              "start": cfg["training"].get("init_from"),
               "flores": {"untrained": flores_errors(rows, 0), "trained": flores_errors(rows, state["step"])}}
     vcfg, targets = cfg["validation"], cfg["data"]["target_languages"]
     baseline_encoder = None
@@ -239,15 +241,23 @@ def _cell(table: dict, lang: str, key: str | None = None) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
+def _label(report: dict, model: str) -> str:
+    """Column name of `model`: the step-0 encoder is "start" in a continued run (training.init_from)."""
+    return "start" if model == "untrained" and report.get("start") else model.replace("final", "trained")
+
+
 def to_markdown(report: dict) -> str:
     fl = report["flores"]
+    step0 = (f"start (step 0: `{report['start']}`, the encoder this run continued)" if report.get("start")
+             else "untrained")
     fl_models = ["untrained", *(["baseline"] if "baseline" in fl else []), "trained"]
     lines = [f"# Training report: {report['run']} (exported encoder: step {report['exported_step']})", "",
-             "Similarity-search error in % (lower is better), untrained → trained. "
+             f"Similarity-search error in % (lower is better), {step0} → trained. "
              f"FLORES: `{report['validation_path']}`, both directions against each target language, from the run's "
              "validation" + (" (the baseline measured the same way on the same languages: `model_flores_errors`)"
                              if "baseline" in fl else "") + ".", "",
-             "| language | " + " | ".join(f"FLORES {m}" for m in fl_models) + " |", "|---|" + "---|" * len(fl_models)]
+             "| language | " + " | ".join(f"FLORES {_label(report, m)}" for m in fl_models) + " |",
+             "|---|" + "---|" * len(fl_models)]
     for lang in sorted(set(fl["untrained"]) | set(fl["trained"])):
         lines.append(f"| {lang} | " + " | ".join(_cell(fl[m], lang) for m in fl_models) + " |")
     means = {k: sum(v.values()) / len(v) for k, v in fl.items() if v}
@@ -267,7 +277,8 @@ def to_markdown(report: dict) -> str:
         models = ["untrained", *(["baseline"] if "baseline" in tat else []), "trained"]
         lines += ["", "Tatoeba (xx→en / en→xx)" + (f"; baseline: `{report['baseline']}`" if "baseline" in tat else "")
                   + ":", "",
-                  "| language | " + " | ".join(f"{d} {m}" for d in ("xx→en", "en→xx") for m in models) + " | pairs |",
+                  "| language | "
+                  + " | ".join(f"{d} {_label(report, m)}" for d in ("xx→en", "en→xx") for m in models) + " | pairs |",
                   "|---|" + "---|" * (2 * len(models) + 1)]
         for lang in [*tat["languages"], "average"]:
             cells = [_cell(tat[model], lang, key) for key in ("xx2en_error", "en2xx_error") for model in models]
@@ -275,7 +286,7 @@ def to_markdown(report: dict) -> str:
         focus = tat.get("focus_mean", {})
         if focus.get("trained") is not None:
             lines += ["", f"Mean Tatoeba error over {', '.join(FOCUS)} (both directions): "
-                          + " → ".join(f"{focus[m]:.1f} % {m}" for m in models) + "."]
+                          + " → ".join(f"{focus[m]:.1f} % {_label(report, m)}" for m in models) + "."]
         if tat.get("useless"):
             lines += ["", f"Languages with an xx→en error of {USELESS_ERROR:.0f} % or more, for which the encoder is "
                           f"useless: {', '.join(tat['useless'])}."]
@@ -283,7 +294,7 @@ def to_markdown(report: dict) -> str:
         b = report["bucc"]
         bmodels = ["untrained", *(["baseline"] if "baseline" in b else []), "final"]
         lines += ["", "BUCC-style mining F1 (%) on `mining/` (threshold from `training`, F1 on `sample`):", "",
-                  "| pair | " + " | ".join(m.replace("final", "trained") for m in bmodels) + " |",
+                  "| pair | " + " | ".join(_label(report, m) for m in bmodels) + " |",
                   "|---|" + "---|" * len(bmodels)]
         lines += [f"| {pair} | " + " | ".join(f"{b[m][pair]:.1f}" for m in bmodels) + " |" for pair in b["final"]]
     if "curve" in report:
