@@ -21,6 +21,7 @@ from functools import partial
 from itertools import chain, islice
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,12 +30,15 @@ from tqdm.auto import tqdm
 from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError, one_line, run_cli  # noqa: F401 (re-exported)
 from .langid import CHECK_SAMPLE, warn_at_caller
-from .modeling_laser import LaserModel
+from .bilstm import LaserBiLSTM
 from .outputs import (MANIFEST_FORMAT, OutputFiles, embedding_identity, identity_changes,  # noqa: F401 (re-exported)
                       model_sha256, output_lock, scan_input, tokenizer_sha256, write_json_atomic)
 from .models import check_model_dir, looks_local, resolve_model  # noqa: F401 (re-exported)
 from .tokenization_laser import LaserInputError, LaserTokenizer, _check_lang, _check_lines_arg
 from .tokenization_laser import read_lines as tokenizer_read_lines
+
+if TYPE_CHECKING:
+    from .modeling_laser import LaserModel
 
 PROGRESS_BAR_MIN_SENTENCES = 10_000  # `encode`'s default progress-bar threshold
 PROGRESS_BAR_DELAY_S = 2.0  # `encode_file`'s bar appears only for runs longer than this
@@ -117,12 +121,12 @@ class LaserEncoder:
     """A LASER model plus its tokenizer, for people who just want sentence vectors.
 
     Args:
-        model: a [`LaserModel`].
+        model: a [`LaserModel`] (or the plain-PyTorch [`~bilstm.LaserBiLSTM`], same embeddings).
         tokenizer: a `LaserTokenizer`, or None when only pre-tokenized input will be given.
         vocab: token → id mapping for pre-tokenized input (defaults to the tokenizer's vocabulary).
     """
 
-    def __init__(self, model: LaserModel, tokenizer=None, vocab: dict[str, int] | None = None):
+    def __init__(self, model: LaserModel | LaserBiLSTM, tokenizer=None, vocab: dict[str, int] | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         if vocab is None and tokenizer is not None:
@@ -138,7 +142,8 @@ class LaserEncoder:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str | torch.device | None = None,
-                        dtype: torch.dtype | None = None, quantize: str | None = None, **kwargs) -> LaserEncoder:
+                        dtype: torch.dtype | None = None, quantize: str | None = None, *,
+                        torch_only: bool = False, **kwargs) -> LaserEncoder:
         """Loads model and tokenizer from a directory written by `hf-laser convert` / `save_pretrained` (or a Hub id).
 
         Args:
@@ -148,9 +153,21 @@ class LaserEncoder:
             dtype: model dtype (`torch.float32` default; `torch.bfloat16`/`torch.float16` trade fidelity for speed).
             quantize: `"int8"` applies dynamic int8 quantisation to the LSTM (CPU only; ~2x faster, embeddings no
                 longer within 1e-5 of the original: see README, "Embedding throughput").
+            torch_only: load the weights into the plain-PyTorch [`~bilstm.LaserBiLSTM`] (same embeddings, no
+                `save_pretrained`) when `path` is a plain local LASER directory and no other loading argument is
+                given, without importing transformers' model code: about half of the start-up of a process (the
+                command-line tools use it). Otherwise, and for anything unusual, `LaserModel.from_pretrained`.
         """
         path = resolve_model(path, who="LaserEncoder")
-        model = LaserModel.from_pretrained(path, **kwargs)
+        model = LaserBiLSTM.from_directory(path) if torch_only and not kwargs else None
+        if model is None:
+            from .modeling_laser import LaserModel
+
+            model = LaserModel.from_pretrained(path, **kwargs)
+            if any(p.data_ptr() % 64 for p in model.parameters()):
+                # Weights memory-mapped at unaligned offsets of the file take other CPU matrix-product paths than
+                # aligned ones (results ~1e-8 apart): copied, every loading path gives the same bits.
+                model._apply(torch.clone)
         weights_sha256 = model_sha256(model) if dtype is not None or quantize is not None else None
         if dtype is not None:
             model = model.to(dtype)

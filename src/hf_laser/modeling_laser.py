@@ -1,7 +1,8 @@
 """PyTorch LASER model: the BiLSTM sentence encoder of Artetxe & Schwenk (2019).
 
-This file only depends on `torch`, `transformers` and `configuration_laser.py`, so that it can be shipped next to the
-weights and loaded with `trust_remote_code=True` where `hf_laser` is not installed.
+This file only depends on `torch`, `transformers`, `configuration_laser.py` and `bilstm.py` (the encoder's computation
+in plain PyTorch), so that it can be shipped next to the weights and loaded with `trust_remote_code=True` where
+`hf_laser` is not installed.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput, SequenceClassifierOutput
 from transformers.utils.generic import can_return_tuple
 
+from .bilstm import BiLSTMEncoderMixin, ieee_fp32_lstm, right_align, vocab_problems  # noqa: F401 (re-exported)
 from .configuration_laser import LaserConfig
 from .integration_files import write_integration_files
 
@@ -173,28 +174,7 @@ class LaserPreTrainedModel(PreTrainedModel):
                 "the weights)"]
 
     def _laser_vocab_problems(self, path, subfolder: str = "") -> list[str]:
-        if path is None or not os.path.isdir(os.path.join(str(path), subfolder or "")):
-            return []
-        vocab_file = os.path.join(str(path), subfolder or "", "vocab.json")
-        if not os.path.isfile(vocab_file):
-            return []
-        try:
-            with open(vocab_file, encoding="utf-8") as f:
-                vocab = json.load(f)
-        except (OSError, ValueError) as err:
-            return [f"vocab.json cannot be read ({err})"]
-        if not isinstance(vocab, dict):
-            return ["vocab.json is not a token -> id mapping"]
-        problems = []
-        for token, attr in (("<pad>", "pad_token_id"), ("</s>", "eos_token_id"), ("<unk>", "unk_token_id"),
-                            ("<s>", "bos_token_id")):
-            want = getattr(self.config, attr, None)
-            if token in vocab and want is not None and vocab[token] != want:
-                problems.append(f"config.{attr} is {want} but vocab.json has {token!r} -> {vocab[token]}")
-        if len(vocab) != self.config.vocab_size:
-            problems.append(f"config.vocab_size is {self.config.vocab_size} but vocab.json has {len(vocab)} tokens")
-        return problems
-
+        return vocab_problems(self.config, path, subfolder)
 
 def _laser_names(names, limit: int = 8) -> str:
     names = sorted(names)
@@ -274,47 +254,7 @@ def _laser_dtype_problems(path, kwargs: dict) -> list[str]:
     return [f"non-floating-point weights {_laser_names(bad)}"]
 
 
-@contextmanager
-def ieee_fp32_lstm(x: torch.Tensor, allow_tf32: bool = False):
-    """Runs the fp32 LSTM calls inside it in IEEE fp32 on a CUDA device.
-
-    PyTorch lets cuDNN compute fp32 RNNs with TF32 tensor cores by default (`torch.backends.cudnn.rnn.fp32_precision
-    == "tf32"`): on Ampere and later GPUs their products keep 10 mantissa bits, an error of ~1e-3 where fp32 gives
-    ~1e-7, so a GPU would no longer give the original's embeddings. The flag is set for the call and restored
-    after it; nothing changes on the CPU, for bf16/fp16 inputs or under autocast, or with `allow_tf32=True`.
-    """
-    if allow_tf32 or not x.is_cuda or x.dtype != torch.float32 or torch.is_autocast_enabled(x.device.type):
-        yield  # (under autocast the LSTM runs in bf16/fp16 anyway)
-        return
-    rnn = getattr(torch.backends.cudnn, "rnn", None)
-    if rnn is not None and hasattr(rnn, "fp32_precision"):
-        holder, name, exact = rnn, "fp32_precision", "ieee"
-    else:  # torch < 2.9: one legacy flag for cuDNN convolutions and RNNs
-        holder, name, exact = torch.backends.cudnn, "allow_tf32", False
-    previous = getattr(holder, name)
-    setattr(holder, name, exact)
-    try:
-        yield
-    finally:
-        setattr(holder, name, previous)
-
-
-def right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Moves the attended tokens of every row to the front, keeping their order.
-
-    Args:
-        input_ids: `(batch, seq_len)` token ids, padded on any side.
-        attention_mask: `(batch, seq_len)`, 1 for real tokens.
-
-    Returns:
-        `(ids, order)`: `ids` is right-padded `(batch, seq_len)`; `order[b, j]` is the input position that landed at
-        `j`, so `out.scatter(1, order, x)` puts right-padded results back in the input layout.
-    """
-    order = torch.argsort((attention_mask == 0).to(torch.int8), dim=1, stable=True)
-    return input_ids.gather(1, order), order
-
-
-class LaserModel(LaserPreTrainedModel):
+class LaserModel(BiLSTMEncoderMixin, LaserPreTrainedModel):
     r"""
     The LASER encoder: token embeddings → multi-layer (Bi)LSTM from zero states → max-pool over time.
 
@@ -331,17 +271,7 @@ class LaserModel(LaserPreTrainedModel):
 
     def __init__(self, config: LaserConfig):
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_token_id)
-        self.lstm = nn.LSTM(
-            input_size=config.embed_dim,
-            hidden_size=config.hidden_size,
-            num_layers=config.num_layers,
-            bidirectional=config.bidirectional,
-            dropout=config.dropout if config.num_layers > 1 else 0.0,
-            batch_first=True,
-        )
-        self.dropout = nn.Dropout(config.dropout)
-        self.allow_tf32 = False  # a run-time choice, not saved with the model
+        self.build_encoder(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -349,25 +279,6 @@ class LaserModel(LaserPreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Embedding):
         self.embed_tokens = value
-
-    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
-        if input_ids.dtype not in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
-            raise ValueError(f"input_ids must be integer token ids, got dtype {input_ids.dtype}")
-        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
-            raise ValueError(
-                f"input_ids contain ids outside the vocabulary [0, {self.config.vocab_size}): "
-                f"min {int(input_ids.min())}, max {int(input_ids.max())}"
-            )
-        if attention_mask is None:
-            # Like the original encoder: padding is recognised by the <pad> id.
-            return input_ids.ne(self.config.pad_token_id)
-        if attention_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
-            )
-        return attention_mask.bool()
 
     @can_return_tuple
     def forward(
@@ -389,47 +300,7 @@ class LaserModel(LaserPreTrainedModel):
               input positions; padded positions hold `config.padding_value`.
             - `pooler_output` (`(batch_size, 2 * hidden_size)`): the sentence embeddings (max over time).
         """
-        mask = self._check_inputs(input_ids, attention_mask)
-        batch_size, seq_len = input_ids.shape
-        dim = self.config.embedding_dim
-        if batch_size == 0 or seq_len == 0:
-            raise ValueError(
-                f"empty batch {tuple(input_ids.shape)}: every sentence needs at least its </s> token"
-            )
-        lengths = mask.sum(dim=1)
-        if int(lengths.min()) == 0:
-            raise ValueError("a sequence has no attended token; every LASER sentence ends with </s>")
-
-        if bool(mask.all()):
-            ids, order = input_ids, None
-        else:
-            ids, order = right_align(input_ids, mask)
-
-        x = self.dropout(self.embed_tokens(ids))
-        with ieee_fp32_lstm(x, self.allow_tf32):
-            if order is None:
-                # No padding: the fused (cuDNN / oneDNN) kernel runs on the plain tensor, same result as packing.
-                out, _ = self.lstm(x)
-            else:
-                packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-                out, _ = self.lstm(packed)
-        if order is not None:
-            out, _ = pad_packed_sequence(
-                out, batch_first=True, padding_value=self.config.padding_value, total_length=seq_len
-            )
-        out = self.dropout(out)
-
-        # The original masks by token id (`tokens == <pad>`), which also covers a literal <pad> inside a sentence.
-        pool_mask = ids.eq(self.config.pad_token_id)
-        if order is not None:
-            pool_mask |= torch.arange(seq_len, device=ids.device)[None, :] >= lengths[:, None]
-        if bool(pool_mask.any()):
-            pooled = out.float().masked_fill(pool_mask.unsqueeze(-1), float("-inf")).max(dim=1).values.to(out.dtype)
-        else:
-            pooled = out.max(dim=1).values
-
-        if order is not None:
-            out = torch.empty_like(out).scatter_(1, order.unsqueeze(-1).expand(-1, -1, dim), out)
+        out, pooled = self.encode_tokens(input_ids, attention_mask)
         return BaseModelOutputWithPooling(last_hidden_state=out, pooler_output=pooled)
 
 

@@ -39,7 +39,8 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     if local and bars:  # no "Loading weights" bar for a local directory (download bars stay for Hub ids)
         hf_logging.disable_progress_bar()
     try:
-        encoder = LaserEncoder.from_pretrained(model, **kwargs)
+        # torch_only: a plain local directory skips transformers' model code, half of a command's start-up
+        encoder = LaserEncoder.from_pretrained(model, torch_only=True, **kwargs)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot load the model {model}: {one_line(err)}") from err
     finally:

@@ -1,0 +1,235 @@
+"""The LASER BiLSTM encoder's computation in plain PyTorch (no transformers), and a light loader for inference.
+
+[`BiLSTMEncoderMixin`] holds the layers (`embed_tokens`, `lstm`, `dropout`) and the forward computation; the
+transformers model [`~modeling_laser.LaserModel`] and the torch-only [`LaserBiLSTM`] both use it, so their
+parameter names, state dicts and embeddings are the same. [`LaserBiLSTM.from_directory`] loads a plain LASER
+directory (one `model.safetensors` that matches its config) without importing transformers' modeling code, about
+half of a command line's start-up; anything else is left to `LaserModel.from_pretrained` and its checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+@contextmanager
+def ieee_fp32_lstm(x: torch.Tensor, allow_tf32: bool = False):
+    """Runs the fp32 LSTM calls inside it in IEEE fp32 on a CUDA device.
+
+    PyTorch lets cuDNN compute fp32 RNNs with TF32 tensor cores by default (`torch.backends.cudnn.rnn.fp32_precision
+    == "tf32"`): on Ampere and later GPUs their products keep 10 mantissa bits, an error of ~1e-3 where fp32 gives
+    ~1e-7, so a GPU would no longer give the original's embeddings. The flag is set for the call and restored
+    after it; nothing changes on the CPU, for bf16/fp16 inputs or under autocast, or with `allow_tf32=True`.
+    """
+    if allow_tf32 or not x.is_cuda or x.dtype != torch.float32 or torch.is_autocast_enabled(x.device.type):
+        yield  # (under autocast the LSTM runs in bf16/fp16 anyway)
+        return
+    rnn = getattr(torch.backends.cudnn, "rnn", None)
+    if rnn is not None and hasattr(rnn, "fp32_precision"):
+        holder, name, exact = rnn, "fp32_precision", "ieee"
+    else:  # torch < 2.9: one legacy flag for cuDNN convolutions and RNNs
+        holder, name, exact = torch.backends.cudnn, "allow_tf32", False
+    previous = getattr(holder, name)
+    setattr(holder, name, exact)
+    try:
+        yield
+    finally:
+        setattr(holder, name, previous)
+
+
+def right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Moves the attended tokens of every row to the front, keeping their order.
+
+    Args:
+        input_ids: `(batch, seq_len)` token ids, padded on any side.
+        attention_mask: `(batch, seq_len)`, 1 for real tokens.
+
+    Returns:
+        `(ids, order)`: `ids` is right-padded `(batch, seq_len)`; `order[b, j]` is the input position that landed at
+        `j`, so `out.scatter(1, order, x)` puts right-padded results back in the input layout.
+    """
+    order = torch.argsort((attention_mask == 0).to(torch.int8), dim=1, stable=True)
+    return input_ids.gather(1, order), order
+
+
+class BiLSTMEncoderMixin:
+    """Token embeddings → multi-layer (Bi)LSTM from zero states → max-pool over time, on an `nn.Module` with a
+    `config` ([`LaserConfig`]). See [`~modeling_laser.LaserModel`] for the behaviour."""
+
+    def build_encoder(self, config) -> None:
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_token_id)
+        self.lstm = nn.LSTM(
+            input_size=config.embed_dim,
+            hidden_size=config.hidden_size,
+            num_layers=config.num_layers,
+            bidirectional=config.bidirectional,
+            dropout=config.dropout if config.num_layers > 1 else 0.0,
+            batch_first=True,
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.allow_tf32 = False  # a run-time choice, not saved with the model
+
+    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
+        if input_ids.dtype not in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
+            raise ValueError(f"input_ids must be integer token ids, got dtype {input_ids.dtype}")
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"input_ids contain ids outside the vocabulary [0, {self.config.vocab_size}): "
+                f"min {int(input_ids.min())}, max {int(input_ids.max())}"
+            )
+        if attention_mask is None:
+            # Like the original encoder: padding is recognised by the <pad> id.
+            return input_ids.ne(self.config.pad_token_id)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
+            )
+        return attention_mask.bool()
+
+    def encode_tokens(self, input_ids: torch.Tensor,
+                      attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(last_hidden_state, pooler_output)`: `(batch, seq_len, 2 * hidden_size)` BiLSTM outputs at the input
+        positions (padding holds `config.padding_value`) and `(batch, 2 * hidden_size)` sentence embeddings."""
+        mask = self._check_inputs(input_ids, attention_mask)
+        batch_size, seq_len = input_ids.shape
+        dim = self.config.embedding_dim
+        if batch_size == 0 or seq_len == 0:
+            raise ValueError(
+                f"empty batch {tuple(input_ids.shape)}: every sentence needs at least its </s> token"
+            )
+        lengths = mask.sum(dim=1)
+        if int(lengths.min()) == 0:
+            raise ValueError("a sequence has no attended token; every LASER sentence ends with </s>")
+
+        if bool(mask.all()):
+            ids, order = input_ids, None
+        else:
+            ids, order = right_align(input_ids, mask)
+
+        x = self.dropout(self.embed_tokens(ids))
+        with ieee_fp32_lstm(x, self.allow_tf32):
+            if order is None:
+                # No padding: the fused (cuDNN / oneDNN) kernel runs on the plain tensor, same result as packing.
+                out, _ = self.lstm(x)
+            else:
+                packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+                out, _ = self.lstm(packed)
+        if order is not None:
+            out, _ = pad_packed_sequence(
+                out, batch_first=True, padding_value=self.config.padding_value, total_length=seq_len
+            )
+        out = self.dropout(out)
+
+        # The original masks by token id (`tokens == <pad>`), which also covers a literal <pad> inside a sentence.
+        pool_mask = ids.eq(self.config.pad_token_id)
+        if order is not None:
+            pool_mask |= torch.arange(seq_len, device=ids.device)[None, :] >= lengths[:, None]
+        if bool(pool_mask.any()):
+            pooled = out.float().masked_fill(pool_mask.unsqueeze(-1), float("-inf")).max(dim=1).values.to(out.dtype)
+        else:
+            pooled = out.max(dim=1).values
+
+        if order is not None:
+            out = torch.empty_like(out).scatter_(1, order.unsqueeze(-1).expand(-1, -1, dim), out)
+        return out, pooled
+
+
+def vocab_problems(config, path, subfolder: str = "") -> list[str]:
+    """Where the `vocab.json` next to the weights disagrees with the config on the special ids or the size."""
+    if path is None or not os.path.isdir(os.path.join(str(path), subfolder or "")):
+        return []
+    vocab_file = os.path.join(str(path), subfolder or "", "vocab.json")
+    if not os.path.isfile(vocab_file):
+        return []
+    try:
+        with open(vocab_file, encoding="utf-8") as f:
+            vocab = json.load(f)
+    except (OSError, ValueError) as err:
+        return [f"vocab.json cannot be read ({err})"]
+    if not isinstance(vocab, dict):
+        return ["vocab.json is not a token -> id mapping"]
+    problems = []
+    for token, attr in (("<pad>", "pad_token_id"), ("</s>", "eos_token_id"), ("<unk>", "unk_token_id"),
+                        ("<s>", "bos_token_id")):
+        want = getattr(config, attr, None)
+        if token in vocab and want is not None and vocab[token] != want:
+            problems.append(f"config.{attr} is {want} but vocab.json has {token!r} -> {vocab[token]}")
+    if len(vocab) != config.vocab_size:
+        problems.append(f"config.vocab_size is {config.vocab_size} but vocab.json has {len(vocab)} tokens")
+    return problems
+
+
+@dataclass
+class BiLSTMOutput:
+    """What [`LaserBiLSTM`] returns: the fields of `BaseModelOutputWithPooling` that LASER fills."""
+
+    last_hidden_state: torch.Tensor
+    pooler_output: torch.Tensor
+
+
+class LaserBiLSTM(BiLSTMEncoderMixin, nn.Module):
+    """The LASER encoder as a plain `nn.Module`, for inference: same layers, state dict and embeddings as
+    [`~modeling_laser.LaserModel`], without transformers' model machinery (loading, saving, the Hub)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.build_encoder(config)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> BiLSTMOutput:
+        return BiLSTMOutput(*self.encode_tokens(input_ids, attention_mask))
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike) -> LaserBiLSTM | None:
+        """The model of a local LASER directory, in float32, or None when the directory is anything but the plain
+        case: one `model.safetensors` whose tensor names, shapes and floating-point dtypes are exactly the config's,
+        with finite values, a float32 config and a `vocab.json` that agrees with it. None means "load it with
+        `LaserModel.from_pretrained`", whose strict checks then explain what is wrong."""
+        from safetensors.torch import load_file
+
+        from .configuration_laser import LaserConfig
+
+        path = str(path)
+        weights = os.path.join(path, "model.safetensors")
+        if not (os.path.isdir(path) and os.path.isfile(weights) and os.path.isfile(os.path.join(path, "config.json"))):
+            return None
+        try:
+            config = LaserConfig.from_pretrained(path)
+            with open(weights, "rb") as f:
+                (size,) = struct.unpack("<Q", f.read(8))
+                if size > os.path.getsize(weights) - 8:  # a damaged file: not a header length to allocate
+                    return None
+                header = json.loads(f.read(size))
+            header = {k: v for k, v in header.items() if k != "__metadata__"}
+        except (OSError, ValueError, AttributeError, struct.error):
+            return None
+        if getattr(config, "model_type", None) != "laser" or str(getattr(config, "dtype", None) or "float32") not in (
+                "float32", "torch.float32"):
+            return None
+        with torch.device("meta"):
+            model = cls(config)
+        expected = {name: list(t.shape) for name, t in model.state_dict().items()}
+        if {k: v.get("shape") for k, v in header.items()} != expected or any(
+                v.get("dtype") not in ("F32", "F16", "BF16") for v in header.values()):
+            return None
+        if vocab_problems(config, path):
+            return None
+        try:
+            state = {k: v.to(torch.float32) for k, v in load_file(weights).items()}
+        except Exception:  # noqa: BLE001 - a damaged file: LaserModel.from_pretrained says so in its own words
+            return None
+        if not all(bool(torch.isfinite(v).all()) for v in state.values()):
+            return None
+        model.to_empty(device="cpu")  # allocated, not initialised: no draw from the global RNG
+        model.load_state_dict(state, strict=True)
+        return model.eval()

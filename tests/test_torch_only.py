@@ -1,0 +1,137 @@
+"""The torch-only inference path (`hf_laser.bilstm.LaserBiLSTM`, `LaserEncoder.from_pretrained(torch_only=True)`,
+used by the command line): the same embeddings and model identity as `LaserModel`, a fall-back to
+`LaserModel.from_pretrained` (and its error messages) for anything but a plain directory, and a command line that
+never imports transformers' model code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import REFERENCE, read_lines, reference_embeddings
+from safetensors.torch import load_file, save_file
+
+from hf_laser import DEFAULT_MODEL
+from hf_laser.bilstm import LaserBiLSTM
+from hf_laser.encoder import LaserEncoder
+from hf_laser.modeling_laser import LaserModel
+
+
+@pytest.fixture(scope="module")
+def fra_lines() -> list[str]:
+    return read_lines(REFERENCE / "tatoeba" / "tatoeba.fra-eng.fra.bpe")
+
+
+def test_reference_checkpoint_gives_the_original_embeddings(tiny_model_dir, fra_lines):
+    light = LaserEncoder.from_pretrained(tiny_model_dir, torch_only=True)
+    full = LaserEncoder.from_pretrained(tiny_model_dir)
+    assert type(light.model) is LaserBiLSTM and type(full.model) is LaserModel
+    emb = light.encode(fra_lines, pretokenized=True, max_tokens=300)  # many batches of mixed lengths: packing
+    assert np.abs(emb - reference_embeddings("tatoeba.fra-eng.fra")).max() <= 1e-5
+    assert np.array_equal(emb, full.encode(fra_lines, pretokenized=True, max_tokens=300))
+    assert light.model_identity() == full.model_identity()
+    # the hidden states too, padded on the left and on the right
+    ids = torch.tensor([[1, 1, 7, 8, 2], [9, 10, 11, 12, 2]])
+    for mask in (ids.ne(1), None):
+        a, b = light.model(ids, attention_mask=mask), full.model(ids, attention_mask=mask)
+        assert torch.equal(a.pooler_output, b.pooler_output) and torch.equal(a.last_hidden_state, b.last_hidden_state)
+
+
+@pytest.mark.parametrize("mode", [{}, {"dtype": torch.bfloat16}, {"quantize": "int8"}])
+def test_shipped_model_same_embeddings_in_every_mode(mode):
+    sentences = ["Hello world.", "Where is the station?", "I do not know what you mean by that, my friend."]
+    light = LaserEncoder.from_pretrained(DEFAULT_MODEL, torch_only=True, **mode)
+    full = LaserEncoder.from_pretrained(DEFAULT_MODEL, **mode)
+    assert type(light.model) is LaserBiLSTM and light.quantize == mode.get("quantize")
+    assert np.array_equal(light.encode(sentences, lang="en"), full.encode(sentences, lang="en"))
+    assert light.model_identity() == full.model_identity()
+
+
+def test_loading_draws_nothing_from_the_global_rng(tiny_model_dir):
+    before = torch.get_rng_state()
+    LaserBiLSTM.from_directory(tiny_model_dir)
+    assert torch.equal(before, torch.get_rng_state())
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("damage", ["missing", "extra", "shape", "nan", "vocab", "sharded", "int", "dtype"])
+def test_anything_unusual_falls_back_to_the_strict_loader(tiny_model_dir, tmp_path, damage):
+    """from_directory declines (None), and `torch_only=True` then raises exactly what `LaserModel` raises (or, where
+    the directory is valid but unusual, loads it with `LaserModel`)."""
+    path = _copy(tiny_model_dir, tmp_path / "model")
+    weights = path / "model.safetensors"
+    state = load_file(weights)
+    if damage == "missing":
+        state.pop(sorted(state)[-1])
+    elif damage == "extra":
+        state["lstm.weight_extra"] = torch.zeros(2)
+    elif damage == "shape":
+        name = sorted(state)[0]
+        state[name] = torch.zeros(*[n + 1 for n in state[name].shape])
+    elif damage == "nan":
+        state["embed_tokens.weight"][5, 0] = float("nan")
+    elif damage == "int":
+        state["embed_tokens.weight"] = state["embed_tokens.weight"].to(torch.int32)
+    if damage == "vocab":
+        vocab = json.loads((path / "vocab.json").read_text())
+        vocab["<extra-token>"] = len(vocab)
+        (path / "vocab.json").write_text(json.dumps(vocab))
+    elif damage == "sharded":
+        weights.rename(path / "model-00001-of-00001.safetensors")
+        (path / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {}, "weight_map": {k: "model-00001-of-00001.safetensors" for k in state}}))
+    elif damage == "dtype":
+        config = json.loads((path / "config.json").read_text())
+        config["dtype"] = "bfloat16"
+        (path / "config.json").write_text(json.dumps(config))
+    else:
+        save_file(state, weights)
+    assert LaserBiLSTM.from_directory(path) is None
+    if damage in ("sharded", "dtype"):  # valid, just not the plain case
+        encoder = LaserEncoder.from_pretrained(path, torch_only=True)
+        assert type(encoder.model) is LaserModel
+        return
+    with pytest.raises(ValueError) as strict:
+        LaserEncoder.from_pretrained(path)
+    with pytest.raises(ValueError) as light:
+        LaserEncoder.from_pretrained(path, torch_only=True)
+    assert str(light.value) == str(strict.value)
+
+
+def test_not_a_directory_or_no_weights_declines(tmp_path, tiny_model_dir):
+    assert LaserBiLSTM.from_directory(tmp_path / "absent") is None
+    path = _copy(tiny_model_dir, tmp_path / "model")
+    (path / "model.safetensors").unlink()
+    assert LaserBiLSTM.from_directory(path) is None
+    for data in (b"\x08\x00\x00\x00\x00\x00\x00\x00{}",  # an empty header: not LASER
+                 b"\xff" * 8 + b"{}",  # a header length beyond the file (damaged): not read
+                 b"\x02\x00\x00\x00\x00\x00\x00\x00[]"):  # not a JSON object
+        (path / "model.safetensors").write_bytes(data)
+        assert LaserBiLSTM.from_directory(path) is None
+
+
+def test_cli_embed_never_imports_transformers_model_code(tmp_path):
+    """`hf-laser embed` with the shipped model: the embeddings of the library path, and no
+    `transformers.modeling_utils` in the process (half of its start-up)."""
+    src = tmp_path / "in.txt"
+    src.write_text("Hello world.\nGood morning.\n", encoding="utf-8")
+    code = ("import sys, runpy; sys.argv = ['hf-laser', 'embed', '--lang', 'en', '-q', '-i', sys.argv[1], '-o', "
+            "sys.argv[2]]\ntry:\n    runpy.run_module('hf_laser.cli', run_name='__main__')\nexcept SystemExit as e:\n"
+            "    assert not e.code, e.code\nprint('modeling_utils' , 'transformers.modeling_utils' in sys.modules)")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "out.npy")], capture_output=True,
+                            text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "modeling_utils False"
+    expected = LaserEncoder.from_pretrained(DEFAULT_MODEL).encode(["Hello world.", "Good morning."], lang="en")
+    assert np.array_equal(np.load(tmp_path / "out.npy"), expected)
