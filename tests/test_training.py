@@ -553,6 +553,22 @@ def test_shipped_configs_load_and_overrides_are_checked():
         load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.max_steps=null"])
 
 
+def test_config_base_chain_merges_and_loops_are_refused(tmp_path):
+    (tmp_path / "first.yaml").write_text(yaml.safe_dump({
+        "data": {"corpora": ["a", "b"], "max_length": 50}, "model": {"hidden_size": 64, "num_layers": 2},
+        "training": {"max_steps": 100, "learning_rate": 0.002}}))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "second.yaml").write_text(yaml.safe_dump({
+        "base": "../first.yaml", "data": {"corpora": ["c"]}, "training": {"learning_rate": 0.001}}))
+    cfg = load_config(tmp_path / "sub" / "second.yaml", ["model.num_layers=3"])
+    assert cfg["data"]["corpora"] == ["c"] and cfg["data"]["max_length"] == 50  # lists replaced, sections merged
+    assert cfg["model"] == {**cfg["model"], "hidden_size": 64, "num_layers": 3}
+    assert cfg["training"]["max_steps"] == 100 and cfg["training"]["learning_rate"] == 0.001
+    (tmp_path / "first.yaml").write_text(yaml.safe_dump({"base": "sub/second.yaml"}))
+    with pytest.raises(ValueError, match="loops back"):
+        load_config(tmp_path / "sub" / "second.yaml")
+
+
 def test_real_data_smoke_run(tmp_path):
     require_shared(PARALLEL / "train" / "ntrex128", PARALLEL / "train" / "multi30k",
                    PARALLEL / "valid" / "flores200-devtest")

@@ -154,9 +154,29 @@ def _merge(defaults: dict, given: dict, where: str = "") -> dict:
     return out
 
 
+def _read_config(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A YAML config; `base: OTHER.yaml` (relative to this file) is read first and this file's keys replace its
+    keys one by one (nested sections merged, lists replaced): a config that changes a few keys of another."""
+    if path.resolve() in seen:
+        raise ValueError(f"config {path}: `base` chain loops back to it ({' -> '.join(map(str, seen))})")
+    given = yaml.safe_load(path.read_text()) or {}
+    base = given.pop("base", None)
+    if base is None:
+        return given
+
+    def update(into: dict, new: dict) -> dict:
+        for key, value in new.items():
+            into[key] = update(into[key], value) if isinstance(value, dict) and isinstance(into.get(key), dict) \
+                else value
+        return into
+
+    return update(_read_config(path.parent / base, (*seen, path.resolve())), given)
+
+
 def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
-    """The YAML config merged over `DEFAULTS` (unknown keys are errors), with `KEY.SUB=VALUE` overrides."""
-    given = yaml.safe_load(Path(path).read_text()) or {}
+    """The YAML config (with its `base` configs) merged over `DEFAULTS` (unknown keys are errors), with
+    `KEY.SUB=VALUE` overrides."""
+    given = _read_config(Path(path))
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
