@@ -200,3 +200,19 @@ def test_model_card_finds_the_tatoeba_split_the_run_trained_on(tmp_path, tatoeba
     cfg = {"data": {"corpora": ["../shared/data/parallel/train/ntrex128", {"path": str(tmp_path / "split" / "train")}]}}
     assert tatoeba_split(cfg) == json.loads(json.dumps(result))
     assert tatoeba_split({"data": {"corpora": [str(src)]}}) is None  # the raw corpus: no split record
+
+
+def test_model_card_names_both_stages_of_a_continued_run(tmp_path):
+    from training.export_default_model import recipe_text
+
+    first = {"data": {"corpora": ["x"]}, "batching": {"temperature": 2.0},
+             "training": {"max_steps": 10000, "learning_rate": 0.002, "lr_scheduler": "linear"}}
+    (tmp_path / "stage1.yaml").write_text(yaml.safe_dump(first))
+    (tmp_path / "stage2.yaml").write_text(yaml.safe_dump({"base": "stage1.yaml", "training": {"init_from": "m"}}))
+    fresh = recipe_text({"training": {"init_from": None}}, str(tmp_path / "stage1.yaml"))
+    assert fresh.startswith(f"`{tmp_path / 'stage1.yaml'}` (`accelerate launch") and "two stages" not in fresh
+    text = recipe_text({"training": {"init_from": "runs/x/final"}}, str(tmp_path / "stage2.yaml"))
+    assert "two stages" in text and str(tmp_path / "stage1.yaml") in text and "temperature 2.0" in text
+    assert "Adam lr 0.002 (linear decay over 10,000 steps)" in text and "`runs/x/final`" in text
+    with pytest.raises(ValueError, match="no `base`"):  # a continued run whose recipe hides its first stage
+        recipe_text({"training": {"init_from": "runs/x/final"}}, str(tmp_path / "stage1.yaml"))

@@ -156,8 +156,41 @@ def tatoeba_split(cfg: dict) -> dict | None:
     return None
 
 
+LAUNCH = "accelerate launch --config_file training/accelerate_configs/cpu.yaml training/train.py"
+
+
+def recipe_text(cfg: dict, recipe: str) -> str:
+    """How the run was launched; for a continued run (`training.init_from`), both stages, the first one's
+    schedule read from the config the recipe's `base` names."""
+    out = Path(recipe).stem.replace("laser-mini", "runs/laser-mini")
+    if not cfg["training"].get("init_from"):
+        return f"`{recipe}` (`{LAUNCH} --config {recipe} --output-dir {out}`): "
+    from training.train import load_config
+
+    recipe_path = REPO / recipe  # (an absolute `recipe` stays as it is)
+    base = (yaml.safe_load(recipe_path.read_text()) or {}).get("base")
+    if base is None:
+        raise ValueError(f"{recipe}: the run continued {cfg['training']['init_from']} (training.init_from) but the "
+                         "recipe names no `base` config for its first stage")
+    first_path = (recipe_path.parent / base).resolve()
+    first = load_config(first_path)
+    first_name = str(first_path.relative_to(REPO)) if first_path.is_relative_to(REPO) else str(first_path)
+    ft = first["training"]
+    return (f"two stages. First `{first_name}` (`{LAUNCH} --config {first_name} --output-dir runs/laser-mini`): "
+            f"directions sampled with temperature {first['batching']['temperature']}, Adam lr {ft['learning_rate']} "
+            f"({ft['lr_scheduler']} decay over {ft['max_steps']:,} steps). Then `{recipe}`, this run, from that "
+            f"encoder (`training.init_from`; this run's: `{cfg['training']['init_from']}`) with the same tokenizer and "
+            "data: ")
+
+
+def step0_text(report: dict) -> str:
+    if report.get("start"):
+        return f'"start" is the encoder this run continued (`{report["start"]}`) at step 0'
+    return '"untrained" is the same architecture at step 0'
+
+
 def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict, coverage: dict,
-               diagnosis: list[dict]) -> str:
+               diagnosis: list[dict], recipe: str = "training/configs/laser-mini.yaml") -> str:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     config = json.loads((dest / "config.json").read_text())
     stats = json.loads((run / "data_stats.json").read_text())
@@ -244,8 +277,7 @@ hf-laser embed --lang fr -i sentences.txt -o embeddings.npy
 
 ## Training
 
-`training/configs/laser-mini.yaml` (`accelerate launch --config_file training/accelerate_configs/cpu.yaml
-training/train.py --config training/configs/laser-mini.yaml --output-dir runs/laser-mini`): objective
+{recipe_text(cfg, recipe)}objective
 `{tr['objective']}` (in-batch translation ranking, temperature {tr['ranking_temperature']}, no decoder), every
 language of the corpora into English{pairs_without_english}, {stats['pairs']:,} sentence pairs in
 {len(stats['pairs_per_direction'])} directions (sides of at most {cfg['data']['max_length']} tokens), batches of at most
@@ -265,7 +297,7 @@ mean Tatoeba error over {', '.join(FOCUS)} {cost['focus_tatoeba_mean']['float32'
 ## Evaluation
 
 Produced by `python training/report.py --run runs/laser-mini --tatoeba-langs all --bucc-dir ../shared/data/mining
---curve --plot [--baseline PREVIOUS_MODEL]`; "untrained" is the same architecture at step 0, "baseline" (where
+--curve --plot [--baseline PREVIOUS_MODEL]`; {step0_text(report)}, "baseline" (where
 present) the laser-mini shipped before this one. Error = nearest-neighbour search by cosine,
 in %, lower is better. Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the
 Tatoeba table: the model is useless for them. Why, as far as the data and the tokenizer tell
@@ -293,6 +325,8 @@ Tatoeba table: the model is useless for them. Why, as far as the data and the to
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="the --output-dir of train.py, with report.json (report.py)")
+    parser.add_argument("--recipe", default="training/configs/laser-mini.yaml",
+                        help="the config the run was launched with, as the card names it (default: %(default)s)")
     parser.add_argument("--dest", default=str(DEST), help=f"default: {DEST.relative_to(REPO)}")
     parser.add_argument("--repo-card", default=str(REPO / "model_card.md"), help="copy of the card ('' for none)")
     args = parser.parse_args(argv)
@@ -307,7 +341,8 @@ def main(argv=None) -> int:
     shutil.copy(run / "tatoeba.png", dest / "tatoeba.png")
     cost = storage_cost(run, dest)
     diagnosis = useless_diagnosis(report.get("tatoeba", {}), json.loads((run / "data_stats.json").read_text()), dest)
-    card = model_card(run, dest, report, (run / "report.md").read_text(), cost, coverage_split(run, dest), diagnosis)
+    card = model_card(run, dest, report, (run / "report.md").read_text(), cost, coverage_split(run, dest), diagnosis,
+                      args.recipe)
     (dest / "README.md").write_text(card, encoding="utf-8")
     if args.repo_card:
         Path(args.repo_card).write_text(card.replace("](tatoeba.png)", "](src/hf_laser/models/laser-mini/tatoeba.png)"),
