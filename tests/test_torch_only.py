@@ -36,6 +36,7 @@ def test_reference_checkpoint_gives_the_original_embeddings(tiny_model_dir, fra_
     assert np.abs(emb - reference_embeddings("tatoeba.fra-eng.fra")).max() <= 1e-5
     assert np.array_equal(emb, full.encode(fra_lines, pretokenized=True, max_tokens=300))
     assert light.model_identity() == full.model_identity()
+    assert light.model.config.to_dict() == full.model.config.to_dict()  # name_or_path included
     # the hidden states too, padded on the left and on the right
     ids = torch.tensor([[1, 1, 7, 8, 2], [9, 10, 11, 12, 2]])
     for mask in (ids.ne(1), None):

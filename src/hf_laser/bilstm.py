@@ -216,6 +216,7 @@ class LaserBiLSTM(BiLSTMEncoderMixin, nn.Module):
         if getattr(config, "model_type", None) != "laser" or str(getattr(config, "dtype", None) or "float32") not in (
                 "float32", "torch.float32"):
             return None
+        config.name_or_path = path  # as `from_pretrained` records it
         with torch.device("meta"):
             model = cls(config)
         expected = {name: list(t.shape) for name, t in model.state_dict().items()}
