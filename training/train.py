@@ -5,7 +5,7 @@
 OUT receives `config.yaml` (the resolved config), `tokenizer/`, `data_stats.json`, `metrics.jsonl` (one JSON object
 per logged step: `step`, `loss`, `lr`, throughput, and the validation figures when computed), tracker logs under
 `logs/`, `checkpoints/step-*/` (`accelerator.save_state`), `untrained/` (the encoder at step 0, the baseline of
-`training/report.py`), `best/` (encoder + tokenizer with the lowest validation error so far) and, at the end (the
+`training/report.py`; with `training.init_from`, the encoder the run continues), `best/` (encoder + tokenizer with the lowest validation error so far) and, at the end (the
 step or epoch limit, or the `training.max_minutes` budget of this launch), `final/`: a `LaserModel` directory
 (config, weights, tokenizer, model card) that `AutoModel` / `LaserEncoder.from_pretrained` load. `--resume`
 continues from the last complete checkpoint with the same data order (the batches of an epoch are a function of the
@@ -622,7 +622,7 @@ def main(argv=None) -> int:
         tokenizer.save_pretrained(str(out / "untrained"))
     if state.step == 0 and tr["eval_every"]:
         row = {"step": 0, **run_validation()}
-        log(f"step 0 (untrained): {_fmt(row)}")
+        log(f"step 0 ({'start: ' + str(tr['init_from']) if tr['init_from'] else 'untrained'}): {_fmt(row)}")
         record(row)
 
     model.train()
