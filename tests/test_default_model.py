@@ -228,7 +228,7 @@ def pushed(out: Path) -> Path:
     return with_remote_code(hf_laser.DEFAULT_MODEL, out)
 
 
-REMOTE_CODE = ["bpe.py", "configuration_laser.py", "integration_files.py", "langid.py", "modeling_laser.py",
+REMOTE_CODE = ["bilstm.py", "bpe.py", "configuration_laser.py", "integration_files.py", "langid.py", "modeling_laser.py",
                "nonbreaking_prefixes.py", "pipeline_laser.py", "preprocessing.py", "sentence_transformers_laser.py",
                "tokenization_laser.py"]
 
