@@ -135,4 +135,5 @@ def test_cli_embed_never_imports_transformers_model_code(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "modeling_utils False"
     expected = LaserEncoder.from_pretrained(DEFAULT_MODEL).encode(["Hello world.", "Good morning."], lang="en")
-    assert np.array_equal(np.load(tmp_path / "out.npy"), expected)
+    # (not bit-equal: the subprocess runs with its own number of torch threads, the test worker with one)
+    assert np.abs(np.load(tmp_path / "out.npy") - expected).max() <= 1e-6
