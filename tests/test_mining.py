@@ -122,8 +122,19 @@ def test_modes_equal_brute_force(rand_xy, mode, margin):
     assert np.all(np.diff(res.scores) <= 0)  # sorted by decreasing score
     if mode in ("max", "intersection"):  # each row used at most once
         assert len(set(res.src.tolist())) == len(res) and len(set(res.tgt.tolist())) == len(res)
-    # threshold: strict, applied in every mode
-    th = float(np.median(res.scores))
+    # threshold: strict, applied in every mode. A threshold equal to one of the scores drops that pair; the
+    # brute force's float64 scores differ from ours by ~1e-8, so it is compared with our own unthresholded scores.
+    pairs = list(zip(res.src.tolist(), res.tgt.tolist()))
+    scores = np.sort(res.scores)
+    th = float(scores[len(scores) // 2])
+    cut = M.mine(x, y, k=4, margin=margin, mode=mode, threshold=th, device="cpu", show_progress=False)
+    assert [p for p, s in zip(pairs, res.scores) if s > th] == list(zip(cut.src.tolist(), cut.tgt.tolist()))
+    assert 0 < len(cut) < len(res) and th not in cut.scores
+    # halfway between two scores, the threshold keeps exactly the brute force's pairs above it
+    gaps = np.diff(scores)
+    mid = int(np.argmax(gaps[len(gaps) // 4: 3 * len(gaps) // 4])) + len(gaps) // 4
+    assert gaps[mid] > 1e-4
+    th = float(scores[mid] + gaps[mid] / 2)
     cut = M.mine(x, y, k=4, margin=margin, mode=mode, threshold=th, device="cpu", show_progress=False)
     assert [(i, j) for s, i, j in ref if s > th] == list(zip(cut.src.tolist(), cut.tgt.tolist()))
 

@@ -157,8 +157,12 @@ def test_pretraining_gradients_and_bf16_autocast():
     model = LaserForPreTraining(tiny_config(num_layers=1, decoder_num_layers=2)).train()
     src = torch.randint(4, 60, (3, 6))
     labels = torch.randint(4, 60, (3, 5))
+    # no padding: encoder and decoder both take the unpacked LSTM path, which under CPU autocast needs a bf16
+    # kernel that oneDNN lacks on CPUs without native bf16 (cpu_autocast_lstm)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(input_ids=src, labels=labels, target_lang_ids=torch.tensor([0, 1, 0]))
+    assert torch.backends.mkldnn.enabled  # the flag is restored after each call
+    assert out.logits.dtype == torch.bfloat16  # the model did run in bf16
     assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
     out.loss.backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]

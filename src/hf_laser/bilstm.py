@@ -45,6 +45,26 @@ def ieee_fp32_lstm(x: torch.Tensor, allow_tf32: bool = False):
         setattr(holder, name, previous)
 
 
+@contextmanager
+def cpu_autocast_lstm(x: torch.Tensor):
+    """Runs the LSTM calls inside it without oneDNN when `x` is on the CPU under autocast.
+
+    Under CPU autocast PyTorch sends an unpacked LSTM to oneDNN's bf16 kernel, which does not exist on CPUs without
+    native bf16 (e.g. AMD EPYC before Zen 4): the call fails with "could not create a primitive descriptor for the
+    LSTM forward propagation primitive". PyTorch's own kernel (the one packed sequences already use) computes the
+    same bf16 LSTM on every CPU. Nothing changes outside CPU autocast.
+    """
+    if x.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        yield
+        return
+    previous = torch.backends.mkldnn.enabled  # (mkldnn.flags() would also reset the other oneDNN flags)
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = previous
+
+
 def right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Moves the attended tokens of every row to the front, keeping their order.
 
@@ -117,7 +137,7 @@ class BiLSTMEncoderMixin:
             ids, order = right_align(input_ids, mask)
 
         x = self.dropout(self.embed_tokens(ids))
-        with ieee_fp32_lstm(x, self.allow_tf32):
+        with ieee_fp32_lstm(x, self.allow_tf32), cpu_autocast_lstm(x):
             if order is None:
                 # No padding: the fused (cuDNN / oneDNN) kernel runs on the plain tensor, same result as packing.
                 out, _ = self.lstm(x)

@@ -21,7 +21,13 @@ from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput, SequenceClassifierOutput
 from transformers.utils.generic import can_return_tuple
 
-from .bilstm import BiLSTMEncoderMixin, ieee_fp32_lstm, right_align, vocab_problems  # noqa: F401 (re-exported)
+from .bilstm import (  # noqa: F401 (re-exported)
+    BiLSTMEncoderMixin,
+    cpu_autocast_lstm,
+    ieee_fp32_lstm,
+    right_align,
+    vocab_problems,
+)
 from .configuration_laser import LaserConfig
 from .integration_files import write_integration_files
 
@@ -682,7 +688,8 @@ class LaserDecoder(nn.Module):
         state = self.init_state(sentence_embedding).to(x.dtype)
         state = state.view(batch_size, 2, self.num_layers, self.hidden_size).permute(1, 2, 0, 3)
         # Right padding only follows the real tokens, so the unpacked LSTM gives the same outputs for them.
-        out, _ = self.lstm(x, (state[0].contiguous(), state[1].contiguous()))
+        with cpu_autocast_lstm(x):
+            out, _ = self.lstm(x, (state[0].contiguous(), state[1].contiguous()))
         return self.output_projection(self.dropout(out))
 
 
