@@ -202,7 +202,7 @@ def test_model_card_finds_the_tatoeba_split_the_run_trained_on(tmp_path, tatoeba
     assert tatoeba_split({"data": {"corpora": [str(src)]}}) is None  # the raw corpus: no split record
 
 
-def test_model_card_names_both_stages_of_a_continued_run(tmp_path):
+def test_model_card_names_every_stage_of_a_continued_run(tmp_path):
     from training.export_default_model import recipe_text
 
     first = {"data": {"corpora": ["x"]}, "batching": {"temperature": 2.0},
@@ -216,3 +216,9 @@ def test_model_card_names_both_stages_of_a_continued_run(tmp_path):
     assert "Adam lr 0.002 (linear decay over 10,000 steps)" in text and "`runs/x/final`" in text
     with pytest.raises(ValueError, match="no `base`"):  # a continued run whose recipe hides its first stage
         recipe_text({"training": {"init_from": "runs/x/final"}}, str(tmp_path / "stage1.yaml"))
+    # a third stage continues the second: all three named, in order, each with its own schedule
+    (tmp_path / "stage3.yaml").write_text(yaml.safe_dump({"base": "stage2.yaml", "training": {"learning_rate": 5e-4}}))
+    text = recipe_text({"training": {"init_from": "runs/y/final"}}, str(tmp_path / "stage3.yaml"))
+    assert "three stages" in text and "`runs/y/final`" in text
+    assert text.index("stage1.yaml") < text.index("stage2.yaml") < text.index("stage3.yaml")
+    assert text.count("Adam lr 0.002 (linear decay over 10,000 steps)") == 2  # stage 2 keeps stage 1's schedule

@@ -159,28 +159,42 @@ def tatoeba_split(cfg: dict) -> dict | None:
 LAUNCH = "accelerate launch --config_file training/accelerate_configs/cpu.yaml training/train.py"
 
 
+STAGE_COUNT = {2: "two", 3: "three", 4: "four", 5: "five"}
+
+
 def recipe_text(cfg: dict, recipe: str) -> str:
-    """How the run was launched; for a continued run (`training.init_from`), both stages, the first one's
-    schedule read from the config the recipe's `base` names."""
+    """How the run was launched; for a continued run (`training.init_from`), every stage, each earlier one's
+    schedule read from the config that the next one's `base` names."""
     out = Path(recipe).stem.replace("laser-mini", "runs/laser-mini")
     if not cfg["training"].get("init_from"):
         return f"`{recipe}` (`{LAUNCH} --config {recipe} --output-dir {out}`): "
     from training.train import load_config
 
-    recipe_path = REPO / recipe  # (an absolute `recipe` stays as it is)
-    base = (yaml.safe_load(recipe_path.read_text()) or {}).get("base")
-    if base is None:
-        raise ValueError(f"{recipe}: the run continued {cfg['training']['init_from']} (training.init_from) but the "
-                         "recipe names no `base` config for its first stage")
-    first_path = (recipe_path.parent / base).resolve()
-    first = load_config(first_path)
-    first_name = str(first_path.relative_to(REPO)) if first_path.is_relative_to(REPO) else str(first_path)
-    ft = first["training"]
-    return (f"two stages. First `{first_name}` (`{LAUNCH} --config {first_name} --output-dir runs/laser-mini`): "
-            f"directions sampled with temperature {first['batching']['temperature']}, Adam lr {ft['learning_rate']} "
-            f"({ft['lr_scheduler']} decay over {ft['max_steps']:,} steps). Then `{recipe}`, this run, from that "
-            f"encoder (`training.init_from`; this run's: `{cfg['training']['init_from']}`) with the same tokenizer and "
-            "data: ")
+    def name(path: Path) -> str:
+        return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+    stages = []  # (config file, config) of the earlier stages, first one first
+    path = REPO / recipe  # (an absolute `recipe` stays as it is)
+    while True:
+        base = (yaml.safe_load(path.read_text()) or {}).get("base")
+        if base is None:
+            raise ValueError(f"{name(path)}: the run continued an encoder (training.init_from) but the recipe names "
+                             "no `base` config for the stage before it")
+        path = (path.parent / base).resolve()
+        stages.insert(0, (path, load_config(path)))
+        if not stages[0][1]["training"].get("init_from"):
+            break
+    parts = []
+    for k, (path, stage) in enumerate(stages):
+        st = stage["training"]
+        launch = (f" (`{LAUNCH} --config {name(path)} --output-dir runs/laser-mini`)" if k == 0
+                  else ", from that encoder")
+        parts.append(f"{'First' if k == 0 else 'Then'} `{name(path)}`{launch}: directions sampled with temperature "
+                     f"{stage['batching']['temperature']}, Adam lr {st['learning_rate']} ({st['lr_scheduler']} decay "
+                     f"over {st['max_steps']:,} steps).")
+    count = STAGE_COUNT.get(len(stages) + 1, str(len(stages) + 1))
+    return (f"{count} stages. " + " ".join(parts) + f" Then `{recipe}`, this run, from that encoder "
+            f"(`training.init_from`; this run's: `{cfg['training']['init_from']}`) with the same tokenizer and data: ")
 
 
 def step0_text(report: dict) -> str:
