@@ -222,3 +222,14 @@ def test_model_card_names_every_stage_of_a_continued_run(tmp_path):
     assert "three stages" in text and "`runs/y/final`" in text
     assert text.index("stage1.yaml") < text.index("stage2.yaml") < text.index("stage3.yaml")
     assert text.count("Adam lr 0.002 (linear decay over 10,000 steps)") == 2  # stage 2 keeps stage 1's schedule
+    # a run continued from the shipped directory itself says so: once exported, that directory holds the new model
+    from training.export_default_model import DEST, step0_text
+
+    shipped = str(DEST.relative_to(REPO))
+    text = recipe_text({"training": {"init_from": shipped}}, str(tmp_path / "stage2.yaml"))
+    assert f"`{shipped}` as shipped before this model" in text
+    assert "as shipped before" not in recipe_text({"training": {"init_from": "runs/x/final"}},
+                                                  str(tmp_path / "stage2.yaml"))
+    assert "as shipped before this model" in step0_text({"start": shipped})
+    assert step0_text({"start": "runs/x/final"}) == (
+        '"start" is the encoder this run continued (`runs/x/final`) at step 0')

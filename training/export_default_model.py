@@ -162,7 +162,7 @@ LAUNCH = "accelerate launch --config_file training/accelerate_configs/cpu.yaml t
 STAGE_COUNT = {2: "two", 3: "three", 4: "four", 5: "five"}
 
 
-def recipe_text(cfg: dict, recipe: str) -> str:
+def recipe_text(cfg: dict, recipe: str, dest: Path = DEST) -> str:
     """How the run was launched; for a continued run (`training.init_from`), every stage, each earlier one's
     schedule read from the config that the next one's `base` names."""
     out = Path(recipe).stem.replace("laser-mini", "runs/laser-mini")
@@ -194,13 +194,30 @@ def recipe_text(cfg: dict, recipe: str) -> str:
                      f"over {st['max_steps']:,} steps).")
     count = STAGE_COUNT.get(len(stages) + 1, str(len(stages) + 1))
     return (f"{count} stages. " + " ".join(parts) + f" Then `{recipe}`, this run, from that encoder "
-            f"(`training.init_from`; this run's: `{cfg['training']['init_from']}`) with the same tokenizer and data: ")
+            f"(`training.init_from`; this run's: {start_text(cfg['training']['init_from'], dest)}) with the same "
+            "tokenizer and data: ")
 
 
-def step0_text(report: dict) -> str:
+def start_text(init_from: str, dest: Path = DEST) -> str:
+    """The encoder a continued run started from, named so that the card stays true once `dest` holds the new
+    model: a run continued from the shipped directory itself started from the model this export replaces."""
+    path = Path(init_from)
+    path = path if path.is_absolute() else REPO / path
+    if path.resolve() == Path(dest).resolve():
+        return f"`{init_from}` as shipped before this model, i.e. the previous stage's encoder stored in float16"
+    return f"`{init_from}`"
+
+
+def step0_text(report: dict, dest: Path = DEST) -> str:
     if report.get("start"):
-        return f'"start" is the encoder this run continued (`{report["start"]}`) at step 0'
+        return f'"start" is the encoder this run continued ({start_text(report["start"], dest)}) at step 0'
     return '"untrained" is the same architecture at step 0'
+
+
+def baseline_text(report: dict) -> str:
+    if report.get("baseline"):
+        return f'"baseline" the model passed to `--baseline` (`{Path(report["baseline"]).name}`)'
+    return '"baseline" (where present) the model passed to `--baseline`'
 
 
 def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict, coverage: dict,
@@ -291,7 +308,7 @@ hf-laser embed --lang fr -i sentences.txt -o embeddings.npy
 
 ## Training
 
-{recipe_text(cfg, recipe)}objective
+{recipe_text(cfg, recipe, dest)}objective
 `{tr['objective']}` (in-batch translation ranking, temperature {tr['ranking_temperature']}, no decoder), every
 language of the corpora into English{pairs_without_english}, {stats['pairs']:,} sentence pairs in
 {len(stats['pairs_per_direction'])} directions (sides of at most {cfg['data']['max_length']} tokens), batches of at most
@@ -310,9 +327,9 @@ mean Tatoeba error over {', '.join(FOCUS)} {cost['focus_tatoeba_mean']['float32'
 
 ## Evaluation
 
-Produced by `python training/report.py --run runs/laser-mini --tatoeba-langs all --bucc-dir ../shared/data/mining
---curve --plot [--baseline PREVIOUS_MODEL]`; {step0_text(report)}, "baseline" (where
-present) the laser-mini shipped before this one. Error = nearest-neighbour search by cosine,
+Produced by `python training/report.py --run {Path(recipe).stem.replace("laser-mini", "runs/laser-mini")} --tatoeba-langs all
+--bucc-dir ../shared/data/mining{" --curve" if report.get("curve") else ""} --plot [--baseline PREVIOUS_MODEL]`; {step0_text(report, dest)},
+{baseline_text(report)}. Error = nearest-neighbour search by cosine,
 in %, lower is better. Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the
 Tatoeba table: the model is useless for them. Why, as far as the data and the tokenizer tell
 (`export_default_model.useless_diagnosis`):
