@@ -105,3 +105,23 @@ def test_unexpected_os_errors_are_one_line_too(capsys):
 
     with pytest.raises(KeyError):
         cli.run_cli("hf-laser x", bug, None)
+
+
+def test_half_precision_on_a_cpu_without_native_support_is_announced(monkeypatch, capsys):
+    import torch
+
+    from hf_laser import DEFAULT_MODEL
+    from hf_laser.commands.common import load_encoder_for_cli, slow_cpu_dtype_message
+
+    for name, native in (("_is_mkldnn_bf16_supported", False), ("_is_mkldnn_fp16_supported", True)):
+        monkeypatch.setattr(torch.ops.mkldnn, name, lambda native=native: native)
+    message = slow_cpu_dtype_message(torch.bfloat16, "cpu")
+    assert "no native bfloat16" in message and "--int8" in message
+    assert slow_cpu_dtype_message(torch.float16, "cpu") is None  # this "CPU" has fp16
+    assert slow_cpu_dtype_message(torch.float32, "cpu") is None
+    assert slow_cpu_dtype_message(torch.bfloat16, "cuda") is None  # GPUs are not concerned
+    encoder = load_encoder_for_cli(DEFAULT_MODEL, "hf-laser embed", dtype=torch.bfloat16, device="cpu")
+    assert f"hf-laser embed: {message}" in capsys.readouterr().err
+    assert next(encoder.model.parameters()).dtype == torch.bfloat16  # announced, not changed
+    load_encoder_for_cli(DEFAULT_MODEL, "hf-laser embed", device="cpu")
+    assert "native" not in capsys.readouterr().err

@@ -46,10 +46,33 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     finally:
         if local and bars:
             hf_logging.enable_progress_bar()
+    slow = slow_cpu_dtype_message(kwargs.get("dtype"), kwargs.get("device") or "cpu")
+    if slow:
+        print(f"{who}: {slow}", file=sys.stderr)
     if not pretokenized and getattr(encoder, "tokenizer", "n/a") is None:
         raise UsageError(f"{model} has no tokenizer (it was converted without --bpe-codes/--bpe-vocab or "
                          "--spm-model): give BPE-tokenized input with --pretokenized, or convert it again with them")
     return encoder
+
+
+def slow_cpu_dtype_message(dtype, device) -> str | None:
+    """Why a bfloat16/float16 model will be slow, where the CPU has no native arithmetic for it (e.g. AVX2 only):
+    PyTorch then emulates it, slower than float32 (README, "laser-mini end to end"). None where nothing is to be
+    said."""
+    import torch
+
+    if dtype not in (torch.bfloat16, torch.float16) or torch.device(device).type != "cpu":
+        return None
+    name = "bf16" if dtype == torch.bfloat16 else "fp16"
+    try:  # (private oneDNN probes; a torch without them says nothing)
+        if getattr(torch.ops.mkldnn, f"_is_mkldnn_{name}_supported")():
+            return None
+    except (AttributeError, RuntimeError):
+        return None
+    dtype_name = str(dtype).removeprefix("torch.")
+    return (f"this CPU has no native {dtype_name} arithmetic (torch's CPU capability: "
+            f"{torch.backends.cpu.get_cpu_capability()}), so --dtype {dtype_name} is slower than float32 here; "
+            "--int8 is the faster CPU mode")
 
 
 _LANG_CODE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
