@@ -162,12 +162,16 @@ LAUNCH = "accelerate launch --config_file training/accelerate_configs/cpu.yaml t
 STAGE_COUNT = {2: "two", 3: "three", 4: "four", 5: "five"}
 
 
+def run_dir_of(recipe: str) -> str:
+    """The --output-dir the card suggests for a config: `training/configs/laser-mini-X.yaml` -> `runs/laser-mini-X`."""
+    return Path(recipe).stem.replace("laser-mini", "runs/laser-mini")
+
+
 def recipe_text(cfg: dict, recipe: str, dest: Path = DEST) -> str:
     """How the run was launched; for a continued run (`training.init_from`), every stage, each earlier one's
     schedule read from the config that the next one's `base` names."""
-    out = Path(recipe).stem.replace("laser-mini", "runs/laser-mini")
     if not cfg["training"].get("init_from"):
-        return f"`{recipe}` (`{LAUNCH} --config {recipe} --output-dir {out}`): "
+        return f"`{recipe}` (`{LAUNCH} --config {recipe} --output-dir {run_dir_of(recipe)}`): "
     from training.train import load_config
 
     def name(path: Path) -> str:
@@ -187,7 +191,7 @@ def recipe_text(cfg: dict, recipe: str, dest: Path = DEST) -> str:
     parts = []
     for k, (path, stage) in enumerate(stages):
         st = stage["training"]
-        launch = (f" (`{LAUNCH} --config {name(path)} --output-dir runs/laser-mini`)" if k == 0
+        launch = (f" (`{LAUNCH} --config {name(path)} --output-dir {run_dir_of(name(path))}`)" if k == 0
                   else ", from that encoder")
         parts.append(f"{'First' if k == 0 else 'Then'} `{name(path)}`{launch}: directions sampled with temperature "
                      f"{stage['batching']['temperature']}, Adam lr {st['learning_rate']} ({st['lr_scheduler']} decay "
@@ -327,7 +331,7 @@ mean Tatoeba error over {', '.join(FOCUS)} {cost['focus_tatoeba_mean']['float32'
 
 ## Evaluation
 
-Produced by `python training/report.py --run {Path(recipe).stem.replace("laser-mini", "runs/laser-mini")} --tatoeba-langs all
+Produced by `python training/report.py --run {run_dir_of(recipe)} --tatoeba-langs all
 --bucc-dir ../shared/data/mining{" --curve" if report.get("curve") else ""} --plot [--baseline PREVIOUS_MODEL]`; {step0_text(report, dest)},
 {baseline_text(report)}. Error = nearest-neighbour search by cosine,
 in %, lower is better. Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the
