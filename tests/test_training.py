@@ -689,8 +689,47 @@ def test_init_from_continues_an_exported_model_and_refuses_a_mismatched_one(ciph
     proc, log_path = run_train(config, tmp_path / "wide", "--set", f"training.init_from={final}", "--set",
                                f"tokenizer.path={final}", "--set", "model.hidden_size=48", wait=False)
     assert proc.wait(timeout=300) != 0 and "hidden_size" in log_path.read_text()
+    assert "training.init_widen: true" in log_path.read_text()  # the error names the way to widen on purpose
+    widened = tmp_path / "widened"
+    log = run_train(config, widened, "--set", f"training.init_from={final}", "--set", f"tokenizer.path={final}",
+                    "--set", "model.hidden_size=48", "--set", "training.init_widen=true",
+                    "--set", "training.max_steps=10", "--set", "training.eval_every=10")
+    assert "training.init_widen: hidden_size 32 -> 48" in log
+    step0 = metrics(widened)[0]  # the start's encoder plus near-zero dimensions: its error within 2 points
+    assert step0["step"] == 0 and step0["valid_error"] == pytest.approx(selected["valid_error"], abs=2.0)
     proc, log_path = run_train(config, tmp_path / "vocab", "--set", f"training.init_from={final}", "--set",
                                "tokenizer.bpe_merges=200", wait=False)
     assert proc.wait(timeout=300) != 0
     text = log_path.read_text()
     assert "vocab_size" in text or "another vocabulary" in text, text[-2000:]
+
+
+@pytest.mark.parametrize("num_layers,bidirectional", [(1, True), (2, True), (2, False)])
+def test_widened_encoder_keeps_the_start_embedding_in_its_old_dimensions(num_layers, bidirectional):
+    """`training.init_widen`: the old units compute what they did (the start's embedding, in their dimensions, to
+    float rounding); the new ones start small, distinct, and then learn (they get gradients)."""
+    from training.train import widen_encoder_state
+
+    torch.manual_seed(0)
+    small = LaserModel(tiny_config(hidden_size=6, num_layers=num_layers, bidirectional=bidirectional)).eval()
+    wide = LaserModel(tiny_config(hidden_size=10, num_layers=num_layers, bidirectional=bidirectional)).eval()
+    state = widen_encoder_state(small.state_dict(), 6, 10, num_layers, bidirectional, 0.01,
+                                torch.Generator().manual_seed(0))
+    wide.load_state_dict(state, strict=True)
+    ids = torch.randint(4, 60, (5, 9))
+    ids[:, -1] = 2
+    ids[0, :4] = 1  # a left-padded sentence
+    old_dims = torch.cat([torch.arange(6) + d * 10 for d in range(2 if bidirectional else 1)])
+    new_dims = torch.tensor([i for i in range(wide.config.embedding_dim) if i not in set(old_dims.tolist())])
+    with torch.no_grad():
+        start, widened = small(input_ids=ids).pooler_output, wide(input_ids=ids).pooler_output
+    assert torch.allclose(widened[:, old_dims], start, atol=1e-6, rtol=0)
+    assert widened[:, new_dims].abs().max() < 0.1 * start.abs().max()
+    hh = state["lstm.weight_hh_l0"]
+    assert hh[:6, 6:].abs().max() == 0 and hh[10:16, 6:].abs().max() == 0  # new units do not feed old gates
+    assert len(set(hh[6:10].flatten().tolist())) == hh[6:10].numel()  # new units start distinct
+    wide.train()
+    wide(input_ids=ids).pooler_output[:, new_dims].sum().backward()
+    assert wide.lstm.weight_ih_l0.grad[6:10].abs().sum() > 0
+    with pytest.raises(ValueError, match="smaller"):
+        widen_encoder_state(wide.state_dict(), 10, 6, num_layers, bidirectional, 0.01, torch.Generator())

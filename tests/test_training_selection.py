@@ -231,5 +231,17 @@ def test_model_card_names_every_stage_of_a_continued_run(tmp_path):
     assert "as shipped before" not in recipe_text({"training": {"init_from": "runs/x/final"}},
                                                   str(tmp_path / "stage2.yaml"))
     assert "as shipped before this model" in step0_text({"start": shipped})
+    assert "widened" not in text
+    # a widened last stage (training.init_widen) says from which width to which
+    (tmp_path / "stage2.yaml").write_text(yaml.safe_dump({"base": "stage1.yaml", "training": {"init_from": "m"},
+                                                          "model": {"num_layers": 1, "hidden_size": 256}}))
+    text = recipe_text({"training": {"init_from": "runs/x/final", "init_widen": True},
+                        "model": {"num_layers": 1, "hidden_size": 512}}, str(tmp_path / "stage3.yaml"))
+    assert "widened from 1×256 to 1×512 units (`training.init_widen`" in text
+    # the baseline given as a local path is named by its folder in the card's tables
+    from training.export_default_model import report_tables
+
+    md = "# title\n\nTatoeba; baseline: `/root/runs/old-model`:\n| a |"
+    assert report_tables(md, {"baseline": "/root/runs/old-model"}) == "Tatoeba; baseline: `old-model`:\n| a |"
     assert step0_text({"start": "runs/x/final"}) == (
         '"start" is the encoder this run continued (`runs/x/final`) at step 0')

@@ -197,9 +197,14 @@ def recipe_text(cfg: dict, recipe: str, dest: Path = DEST) -> str:
                      f"{stage['batching']['temperature']}, Adam lr {st['learning_rate']} ({st['lr_scheduler']} decay "
                      f"over {st['max_steps']:,} steps).")
     count = STAGE_COUNT.get(len(stages) + 1, str(len(stages) + 1))
+    before = stages[-1][1]["model"]
+    now = cfg.get("model", before)
+    widened = (f", widened from {before['num_layers']}×{before['hidden_size']} to {now['num_layers']}×"
+               f"{now['hidden_size']} units (`training.init_widen`: the encoder's units kept as they were, new ones "
+               "added near 0)" if now.get("hidden_size") != before.get("hidden_size") else "")
     return (f"{count} stages. " + " ".join(parts) + f" Then `{recipe}`, this run, from that encoder "
-            f"(`training.init_from`; this run's: {start_text(cfg['training']['init_from'], dest)}) with the same "
-            "tokenizer and data: ")
+            f"(`training.init_from`; this run's: {start_text(cfg['training']['init_from'], dest)}){widened} with "
+            "the same tokenizer and data: ")
 
 
 def start_text(init_from: str, dest: Path = DEST) -> str:
@@ -222,6 +227,15 @@ def baseline_text(report: dict) -> str:
     if report.get("baseline"):
         return f'"baseline" the model passed to `--baseline` (`{Path(report["baseline"]).name}`)'
     return '"baseline" (where present) the model passed to `--baseline`'
+
+
+def report_tables(report_md: str, report: dict) -> str:
+    """report.md without its title, for the card: a `--baseline` given as a local path is named by its folder
+    only (the reader's machine does not have that path)."""
+    tables = report_md.split("\n", 2)[2]
+    if report.get("baseline"):
+        tables = tables.replace(f"`{report['baseline']}`", f"`{Path(report['baseline']).name}`")
+    return tables
 
 
 def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict, coverage: dict,
@@ -339,7 +353,7 @@ Tatoeba table: the model is useless for them. Why, as far as the data and the to
 (`export_default_model.useless_diagnosis`):
 
 {diagnosis_markdown(diagnosis)}
-{report_md.split(chr(10), 2)[2]}
+{report_tables(report_md, report)}
 ![Tatoeba error per language](tatoeba.png)
 
 ## Citation

@@ -106,6 +106,8 @@ DEFAULTS = {
         "init_from": None,               # a LaserModel directory (e.g. an earlier run's final/ or a shipped model):
                                          # the encoder starts from its weights (continued training); needs the
                                          # same tokenizer and encoder shape, checked at start
+        "init_widen": False,             # with init_from: allow it a smaller model.hidden_size (the width lever):
+                                         # its units are kept as they are and new ones added (widen_encoder_state)
         "learning_rate": 1.0e-3,
         "lr_scheduler": "constant",      # any transformers scheduler name: constant, linear, cosine, inverse_sqrt ...
         "warmup_steps": 0,
@@ -293,25 +295,75 @@ ENCODER_SHAPE_KEYS = ("vocab_size", "embed_dim", "hidden_size", "num_layers", "b
                       "eos_token_id", "unk_token_id", "bos_token_id", "left_pad")
 
 
-def init_encoder_from(model: LaserForPreTraining, path: Path, tokenizer: LaserTokenizer, log) -> None:
+def widen_encoder_state(state: dict, old_hidden: int, new_hidden: int, num_layers: int, bidirectional: bool,
+                        scale: float, generator: torch.Generator) -> dict:
+    """The encoder state dict `state` (LSTM hidden size `old_hidden`) widened to `new_hidden` units per direction.
+
+    Every old unit keeps its weights and gets weight 0 from every new unit (the new units' hidden states and,
+    above the first layer, their outputs in the input), so the old units compute exactly what they did: the
+    widened encoder's embedding, in the dimensions of each direction's first `old_hidden` units, is the start's.
+    The new units' weights are drawn from U(-scale, scale) (distinct, so that they learn distinct features; small,
+    so that they start near 0 and barely move the cosines) and their biases are 0.
+    """
+    if new_hidden < old_hidden:
+        raise ValueError(f"cannot widen hidden_size {old_hidden} to the smaller {new_hidden}")
+    directions = ("", "_reverse") if bidirectional else ("",)
+    # the input of layer k > 0 is [forward units; backward units] of layer k - 1: old column j -> new column
+    old_cols = torch.cat([torch.arange(old_hidden) + d * new_hidden for d in range(len(directions))])
+    rows = torch.cat([torch.arange(old_hidden) + gate * new_hidden for gate in range(4)])  # gates i, f, g, o
+    widened = {k: v for k, v in state.items() if not k.startswith("lstm.")}
+    for layer in range(num_layers):
+        for d in directions:
+            for kind in ("ih", "hh"):
+                old = state[f"lstm.weight_{kind}_l{layer}{d}"]
+                if kind == "hh":
+                    cols, in_size = torch.arange(old_hidden), new_hidden
+                elif layer == 0:  # the token embeddings: unchanged
+                    cols, in_size = torch.arange(old.shape[1]), old.shape[1]
+                else:
+                    cols, in_size = old_cols, new_hidden * len(directions)
+                new = (torch.rand(4 * new_hidden, in_size, generator=generator) * 2 - 1) * scale
+                new[rows] = 0.0
+                new[rows[:, None], cols[None, :]] = old
+                widened[f"lstm.weight_{kind}_l{layer}{d}"] = new
+                bias = torch.zeros(4 * new_hidden)
+                bias[rows] = state[f"lstm.bias_{kind}_l{layer}{d}"]
+                widened[f"lstm.bias_{kind}_l{layer}{d}"] = bias
+    return widened
+
+
+def init_encoder_from(model: LaserForPreTraining, path: Path, tokenizer: LaserTokenizer, log,
+                      widen: bool = False, seed: int = 0) -> None:
     """Copies the encoder weights of the LaserModel directory `path` into `model.laser` (`training.init_from`).
 
     Refuses a directory whose vocabulary or encoder shape differs from this run's: the same ids must mean the
-    same tokens, or the continued model would silently start from garbage.
+    same tokens, or the continued model would silently start from garbage. With `widen` (`training.init_widen`),
+    a smaller `hidden_size` is accepted and widened by `widen_encoder_state`, which is logged.
     """
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"training.init_from: {path} is not a LaserModel directory (no config.json)")
     start = LaserModel.from_pretrained(str(path), dtype=torch.float32)
     mismatched = {k: (getattr(start.config, k, None), getattr(model.config, k, None)) for k in ENCODER_SHAPE_KEYS
                   if getattr(start.config, k, None) != getattr(model.config, k, None)}
-    if mismatched:
+    widening = widen and set(mismatched) == {"hidden_size"} and start.config.hidden_size < model.config.hidden_size
+    if mismatched and not widening:
         raise ValueError(f"training.init_from: {path} differs from this run's model in {mismatched} "
-                         "(theirs, ours); set model.* (and tokenizer.path) to match it")
+                         "(theirs, ours); set model.* (and tokenizer.path) to match it"
+                         + ("" if widen else "; a smaller hidden_size is accepted with training.init_widen: true"))
     theirs = LaserTokenizer.from_pretrained(str(path)).get_vocab()
     if theirs != tokenizer.get_vocab():
         raise ValueError(f"training.init_from: {path} has another vocabulary than this run's tokenizer; set "
                          f"tokenizer.path: {path}")
-    model.laser.load_state_dict(start.state_dict(), strict=True)
+    state = start.state_dict()
+    if widening:
+        cfg = model.config
+        scale = 0.1 * cfg.init_range
+        state = widen_encoder_state(state, start.config.hidden_size, cfg.hidden_size, cfg.num_layers,
+                                    cfg.bidirectional, scale, torch.Generator().manual_seed(seed))
+        log(f"training.init_widen: hidden_size {start.config.hidden_size} -> {cfg.hidden_size}; the start's units "
+            f"are kept (its embedding is this one's dimensions 0-{start.config.hidden_size - 1} of each direction), "
+            f"the new ones start from U(-{scale:g}, {scale:g}) and do not feed the old ones")
+    model.laser.load_state_dict(state, strict=True)
     log(f"encoder initialised from {path} ({sum(p.numel() for p in start.parameters()):,} parameters)")
 
 
@@ -536,7 +588,7 @@ def main(argv=None) -> int:
     )
     model = LaserForPreTraining(model_config)
     if tr["init_from"] and not (args.resume and found):  # a resumed run's checkpoint already holds these weights
-        init_encoder_from(model, REPO / tr["init_from"], tokenizer, log)
+        init_encoder_from(model, REPO / tr["init_from"], tokenizer, log, widen=tr["init_widen"], seed=cfg["seed"])
     optimizer = torch.optim.Adam(model.parameters(), lr=tr["learning_rate"], betas=tuple(tr["adam_betas"]),
                                  eps=tr["adam_eps"], weight_decay=tr["weight_decay"])
     world, rank, accum = accelerator.num_processes, accelerator.process_index, tr["gradient_accumulation_steps"]
