@@ -54,6 +54,24 @@ def test_shipped_model_same_embeddings_in_every_mode(mode):
     assert light.model_identity() == full.model_identity()
 
 
+@pytest.mark.parametrize("shape", [dict(num_layers=1, bidirectional=True), dict(num_layers=3, bidirectional=True),
+                                   dict(num_layers=2, bidirectional=False)])
+def test_parameter_shapes_are_those_of_the_built_encoder(shape):
+    from hf_laser.bilstm import parameter_shapes
+    from hf_laser.configuration_laser import LaserConfig
+
+    config = LaserConfig(vocab_size=30, embed_dim=6, hidden_size=5, **shape)
+    built = {name: list(t.shape) for name, t in LaserBiLSTM(config).state_dict().items()}
+    assert parameter_shapes(config) == built
+
+
+def test_a_config_asking_for_huge_tensors_declines_without_allocating(tmp_path, tiny_model_dir):
+    path = _copy(tiny_model_dir, tmp_path / "model")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "vocab_size": 10**12}))  # 1e12 x embed_dim floats
+    assert LaserBiLSTM.from_directory(path) is None
+
+
 def test_loading_draws_nothing_from_the_global_rng(tiny_model_dir):
     before = torch.get_rng_state()
     LaserBiLSTM.from_directory(tiny_model_dir)

@@ -197,6 +197,21 @@ class BiLSTMOutput:
     pooler_output: torch.Tensor
 
 
+def parameter_shapes(config) -> dict[str, list[int]]:
+    """The state-dict shapes of the encoder `BiLSTMEncoderMixin.build_encoder` builds for `config` (nn.LSTM's names),
+    without building it; tests/test_torch_only.py checks them against the built module."""
+    hidden, directions = config.hidden_size, 2 if config.bidirectional else 1
+    shapes = {"embed_tokens.weight": [config.vocab_size, config.embed_dim]}
+    for layer in range(config.num_layers):
+        for suffix in ("", "_reverse")[:directions]:
+            inputs = config.embed_dim if layer == 0 else hidden * directions
+            shapes[f"lstm.weight_ih_l{layer}{suffix}"] = [4 * hidden, inputs]
+            shapes[f"lstm.weight_hh_l{layer}{suffix}"] = [4 * hidden, hidden]
+            shapes[f"lstm.bias_ih_l{layer}{suffix}"] = [4 * hidden]
+            shapes[f"lstm.bias_hh_l{layer}{suffix}"] = [4 * hidden]
+    return shapes
+
+
 class LaserBiLSTM(BiLSTMEncoderMixin, nn.Module):
     """The LASER encoder as a plain `nn.Module`, for inference: same layers, state dict and embeddings as
     [`~modeling_laser.LaserModel`], without transformers' model machinery (loading, saving, the Hub)."""
@@ -237,13 +252,8 @@ class LaserBiLSTM(BiLSTMEncoderMixin, nn.Module):
                 "float32", "torch.float32"):
             return None
         config.name_or_path = path  # as `from_pretrained` records it
-        # Built on the CPU (12M parameters: milliseconds), not on the meta device: initialising meta tensors runs
-        # PyTorch's Python decompositions, which import torch._dynamo, 1-3 s of a command's start-up. fork_rng: the
-        # initialisation draws leave the caller's global RNG as it was.
-        with torch.random.fork_rng(devices=[]):
-            model = cls(config)
-        expected = {name: list(t.shape) for name, t in model.state_dict().items()}
-        if {k: v.get("shape") for k, v in header.items()} != expected or any(
+        # The shapes are checked before anything is allocated (a damaged config may ask for terabytes)
+        if {k: v.get("shape") for k, v in header.items()} != parameter_shapes(config) or any(
                 v.get("dtype") not in ("F32", "F16", "BF16") for v in header.values()):
             return None
         if vocab_problems(config, path):
@@ -254,5 +264,9 @@ class LaserBiLSTM(BiLSTMEncoderMixin, nn.Module):
             return None
         if not all(bool(torch.isfinite(v).all()) for v in state.values()):
             return None
+        # Built on the CPU, not on the meta device: initialising meta tensors runs PyTorch's Python decompositions,
+        # which import torch._dynamo (1-3 s of a command's start-up). fork_rng: the caller's global RNG is untouched.
+        with torch.random.fork_rng(devices=[]):
+            model = cls(config)
         model.load_state_dict(state, strict=True)
         return model.eval()
