@@ -186,7 +186,7 @@ def main() -> int:
             pipe = LaserTextPipeline(bpe_codes=CODES, bpe_vocab=VOCAB)
             all_lines = [line for lines, _ in data for line in lines]
             all_langs = [lang for lines, lang in data for _ in lines]
-            from hf_laser.tokenization_laser import _iter_chunked
+            from hf_laser.text_tokenizer import _iter_chunked
 
             t = time.perf_counter()
             out2 = list(_iter_chunked(pipe, all_lines, all_langs, "bpe", False, args.num_proc, 2000))

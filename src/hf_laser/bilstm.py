@@ -3,8 +3,9 @@
 [`BiLSTMEncoderMixin`] holds the layers (`embed_tokens`, `lstm`, `dropout`) and the forward computation; the
 transformers model [`~modeling_laser.LaserModel`] and the torch-only [`LaserBiLSTM`] both use it, so their
 parameter names, state dicts and embeddings are the same. [`LaserBiLSTM.from_directory`] loads a plain LASER
-directory (one `model.safetensors` that matches its config) without importing transformers' modeling code, about
-half of a command line's start-up; anything else is left to `LaserModel.from_pretrained` and its checks.
+directory (one `model.safetensors` that matches its config, read into [`~plain_config.PlainLaserConfig`]) without
+importing transformers, about half of a command line's start-up; anything else is left to
+`LaserModel.from_pretrained` and its checks.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[
 
 class BiLSTMEncoderMixin:
     """Token embeddings → multi-layer (Bi)LSTM from zero states → max-pool over time, on an `nn.Module` with a
-    `config` ([`LaserConfig`]). See [`~modeling_laser.LaserModel`] for the behaviour."""
+    `config` ([`LaserConfig`] or [`~plain_config.PlainLaserConfig`]). See [`~modeling_laser.LaserModel`] for the
+    behaviour."""
 
     def build_encoder(self, config) -> None:
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embed_dim, padding_idx=config.pad_token_id)
@@ -232,14 +234,14 @@ class LaserBiLSTM(BiLSTMEncoderMixin, nn.Module):
         `LaserModel.from_pretrained`", whose strict checks then explain what is wrong."""
         from safetensors.torch import load_file
 
-        from .configuration_laser import LaserConfig
+        from .plain_config import PlainLaserConfig
 
         path = str(path)
         weights = os.path.join(path, "model.safetensors")
         if not (os.path.isdir(path) and os.path.isfile(weights) and os.path.isfile(os.path.join(path, "config.json"))):
             return None
         try:
-            config = LaserConfig.from_pretrained(path)
+            config = PlainLaserConfig.from_directory(path)  # not LaserConfig: that would import transformers
             with open(weights, "rb") as f:
                 (size,) = struct.unpack("<Q", f.read(8))
                 if size > os.path.getsize(weights) - 8:  # a damaged file: not a header length to allocate
@@ -248,10 +250,9 @@ class LaserBiLSTM(BiLSTMEncoderMixin, nn.Module):
             header = {k: v for k, v in header.items() if k != "__metadata__"}
         except (OSError, ValueError, AttributeError, struct.error):
             return None
-        if getattr(config, "model_type", None) != "laser" or str(getattr(config, "dtype", None) or "float32") not in (
-                "float32", "torch.float32"):
+        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
+        if str(dtype) not in ("float32", "torch.float32"):
             return None
-        config.name_or_path = path  # as `from_pretrained` records it
         # The shapes are checked before anything is allocated (a damaged config may ask for terabytes)
         if {k: v.get("shape") for k, v in header.items()} != parameter_shapes(config) or any(
                 v.get("dtype") not in ("F32", "F16", "BF16") for v in header.values()):

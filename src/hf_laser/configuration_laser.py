@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
+from .plain_config import check_laser_config_values
+
 
 class LaserConfig(PretrainedConfig):
     r"""
@@ -94,12 +96,8 @@ class LaserConfig(PretrainedConfig):
         unk_token_id: int = 3,
         **kwargs,
     ):
-        if classifier_mode not in ("single", "pair"):
-            raise ValueError(f"classifier_mode must be 'single' or 'pair', got {classifier_mode!r}")
-        for name, value in (("vocab_size", vocab_size), ("embed_dim", embed_dim), ("hidden_size", hidden_size),
-                            ("num_layers", num_layers)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_laser_config_values(dict(classifier_mode=classifier_mode, vocab_size=vocab_size, embed_dim=embed_dim,
+                                       hidden_size=hidden_size, num_layers=num_layers))
         self.vocab_size = vocab_size
         self.embed_dim = embed_dim
         self.hidden_size = hidden_size

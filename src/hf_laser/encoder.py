@@ -34,8 +34,8 @@ from .bilstm import LaserBiLSTM
 from .outputs import (MANIFEST_FORMAT, OutputFiles, embedding_identity, identity_changes,  # noqa: F401 (re-exported)
                       model_sha256, output_lock, scan_input, tokenizer_sha256, write_json_atomic)
 from .models import check_model_dir, looks_local, resolve_model  # noqa: F401 (re-exported)
-from .tokenization_laser import LaserInputError, LaserTokenizer, _check_lang, _check_lines_arg
-from .tokenization_laser import read_lines as tokenizer_read_lines
+from .text_tokenizer import LaserInputError, LaserTextTokenizer, _check_lang, _check_lines_arg
+from .text_tokenizer import read_lines as tokenizer_read_lines
 
 if TYPE_CHECKING:
     from .modeling_laser import LaserModel
@@ -122,7 +122,8 @@ class LaserEncoder:
 
     Args:
         model: a [`LaserModel`] (or the plain-PyTorch [`~bilstm.LaserBiLSTM`], same embeddings).
-        tokenizer: a `LaserTokenizer`, or None when only pre-tokenized input will be given.
+        tokenizer: a `LaserTokenizer` (or the transformers-free [`~text_tokenizer.LaserTextTokenizer`] it is built
+            on, which is all the encoder uses), or None when only pre-tokenized input will be given.
         vocab: token → id mapping for pre-tokenized input (defaults to the tokenizer's vocabulary).
     """
 
@@ -154,16 +155,27 @@ class LaserEncoder:
             quantize: `"int8"` applies dynamic int8 quantisation to the LSTM (CPU only; ~2x faster, embeddings no
                 longer within 1e-5 of the original: see README, "Embedding throughput").
             torch_only: load the weights into the plain-PyTorch [`~bilstm.LaserBiLSTM`] (same embeddings, no
-                `save_pretrained`) when `path` is a plain local LASER directory and no other loading argument is
-                given, without importing transformers' model code: about half of the start-up of a process (the
-                command-line tools use it). Otherwise, and for anything unusual, `LaserModel.from_pretrained`.
+                `save_pretrained`) and the tokenizer into [`~text_tokenizer.LaserTextTokenizer`] (same ids, no
+                `tokenizer(...)` call) when `path` is a plain local LASER directory and no other loading argument is
+                given, without importing transformers: about half of the start-up of a process (the command-line
+                tools use it). Otherwise, and for anything unusual, `LaserModel` / `LaserTokenizer.from_pretrained`
+                (without transformers' "Loading weights" bar for a local directory).
         """
         path = resolve_model(path, who="LaserEncoder")
         model = LaserBiLSTM.from_directory(path) if torch_only and not kwargs else None
         if model is None:
+            from transformers.utils import logging as hf_logging
+
             from .modeling_laser import LaserModel
 
-            model = LaserModel.from_pretrained(path, **kwargs)
+            quiet = torch_only and Path(path).is_dir() and hf_logging.is_progress_bar_enabled()
+            if quiet:  # the command lines' loading: no "Loading weights" bar for a local directory
+                hf_logging.disable_progress_bar()
+            try:
+                model = LaserModel.from_pretrained(path, **kwargs)
+            finally:
+                if quiet:
+                    hf_logging.enable_progress_bar()
             if any(p.data_ptr() % 64 for p in model.parameters()):
                 # Weights memory-mapped at unaligned offsets of the file take other CPU matrix-product paths than
                 # aligned ones (results ~1e-8 apart): copied, every loading path gives the same bits.
@@ -181,7 +193,11 @@ class LaserEncoder:
             model = model.to(device)
         tokenizer, vocab = None, None
         try:
-            tokenizer = LaserTokenizer.from_pretrained(path)
+            tokenizer = LaserTextTokenizer.from_directory(path) if torch_only else None
+            if tokenizer is None:
+                from .tokenization_laser import LaserTokenizer
+
+                tokenizer = LaserTokenizer.from_pretrained(path)
         except (OSError, ValueError):  # a dictionary-only directory (converted without subword files)
             vocab_file = Path(path) / "vocab.json"
             if vocab_file.is_file():

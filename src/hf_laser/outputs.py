@@ -89,6 +89,18 @@ def _package_version() -> str:
 _CONFIG_METADATA = {"architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "use_cache"}
 
 
+def config_identity(config) -> dict:
+    """The config values a model's identity covers. A LASER config (`LaserConfig` or the transformers-free
+    `PlainLaserConfig`, which give the same): its own parameters, not the generic attributes transformers adds,
+    whose set changes with transformers' version. Another config: all its values but metadata such as its path."""
+    from .plain_config import LASER_CONFIG_DEFAULTS
+
+    values = config.to_dict()
+    if values.get("model_type") == "laser":
+        return {"model_type": "laser", **{k: values.get(k, v) for k, v in LASER_CONFIG_DEFAULTS.items()}}
+    return {k: v for k, v in values.items() if not k.startswith("_") and k not in _CONFIG_METADATA}
+
+
 def model_sha256(model) -> str:
     """sha256 of a model's config (without metadata such as its path) and of every tensor of its state dict
     (name, dtype, shape, bytes). A full hash: ~0.2 s for the 93-language LASER's weights."""
@@ -97,8 +109,7 @@ def model_sha256(model) -> str:
     digest = hashlib.sha256()
     config = getattr(model, "config", None)
     if config is not None:
-        cfg = {k: v for k, v in config.to_dict().items() if not k.startswith("_") and k not in _CONFIG_METADATA}
-        digest.update(json.dumps(cfg, sort_keys=True, default=str).encode())
+        digest.update(json.dumps(config_identity(config), sort_keys=True, default=str).encode())
     state = model.state_dict()
     for name in sorted(state):
         value = state[name]
@@ -124,7 +135,8 @@ def tokenizer_sha256(tokenizer, vocab: dict | None) -> str | None:
     digest = hashlib.sha256()
     if tokenizer is not None:
         vocab = tokenizer.get_vocab()
-        digest.update(f"{type(tokenizer).__qualname__}|{getattr(tokenizer, 'mode', None)}|"
+        name = getattr(tokenizer, "identity_name", type(tokenizer).__qualname__)  # LaserTokenizer or the class under it
+        digest.update(f"{name}|{getattr(tokenizer, 'mode', None)}|"
                       f"{getattr(tokenizer, 'laser2_punct_lang', None)}".encode())
         for key, content in sorted((getattr(tokenizer, "_files", None) or {}).items()):
             digest.update(key.encode() + b"|" + hashlib.sha256(content).digest())

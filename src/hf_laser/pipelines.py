@@ -25,7 +25,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .modeling_laser import LaserModel
 from .models import DEFAULT_MODEL
-from .tokenization_laser import LaserInputError, _check_lang, _check_texts
+from .text_tokenizer import LaserInputError, _check_lang, _check_texts
 
 TASK = "laser-sentence-embedding"
 

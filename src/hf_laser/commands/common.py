@@ -28,24 +28,16 @@ def max_sentence_tokens_arg(args: argparse.Namespace) -> int | None:
 def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwargs):
     """`LaserEncoder.from_pretrained(model, **kwargs)` for a command line: the model argument is checked first
     ([`hf_laser.models.check_model_dir`]), and failures are [`UsageError`]s of one line."""
-    from transformers.utils import logging as hf_logging
-
     from ..encoder import LaserEncoder
     from ..models import check_model_dir
 
     check_model_dir(model)
-    local = Path(str(model)).expanduser().is_dir()
-    bars = hf_logging.is_progress_bar_enabled()
-    if local and bars:  # no "Loading weights" bar for a local directory (download bars stay for Hub ids)
-        hf_logging.disable_progress_bar()
     try:
-        # torch_only: a plain local directory skips transformers' model code, half of a command's start-up
+        # torch_only: a plain local directory never imports transformers, half of a command's start-up (and any other
+        # local directory loads without a "Loading weights" bar; download bars stay for Hub ids)
         encoder = LaserEncoder.from_pretrained(model, torch_only=True, **kwargs)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot load the model {model}: {one_line(err)}") from err
-    finally:
-        if local and bars:
-            hf_logging.enable_progress_bar()
     slow = slow_cpu_dtype_message(kwargs.get("dtype"), kwargs.get("device") or "cpu")
     if slow:
         print(f"{who}: {slow}", file=sys.stderr)

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from ..mining import _dist_env, embed_shards, load_embedding_shards
     from ..models import check_model_dir, resolve_model
-    from ..tokenization_laser import _check_lang
+    from ..text_tokenizer import _check_lang
 
     for lang, path in args.input:
         if not Path(path).is_file():
