@@ -1,23 +1,16 @@
 """LASER tokenizer: preprocessing (``.tok``) -> fastBPE (LASER1) or SentencePiece (LASER2) -> ids.
 
-Three layers, each usable on its own:
+:class:`LaserTokenizer` is the ``transformers`` tokenizer: ``tokenizer(texts, lang="fr", padding=True,
+return_tensors="pt")`` gives ``input_ids`` (``</s>`` appended, no ``<s>``, unknown -> ``<unk>``) and
+``attention_mask`` for :class:`~hf_laser.modeling_laser.LaserModel`, exactly the ids LASER's ``SentenceEncoder``
+computes from a ``.bpe``/``.spm`` line (``line.strip().split()`` looked up in the dictionary), plus
+``save_pretrained`` and the remote-code files.
 
-* :class:`LaserTextPipeline` -- text only, no dictionary: raw line -> ``.tok`` line (the
-  preprocessing of :mod:`hf_laser.preprocessing`) -> subword line (fastBPE ``.bpe`` line for
-  LASER1, SentencePiece pieces joined by spaces for LASER2).  This is what
-  ``hf-laser tokenize --bpe-codes/--spm-model`` runs.
-* :class:`LaserTokenizer` -- the ``transformers`` tokenizer around it, with the checkpoint
-  dictionary: ``tokenizer(texts, lang="fr", padding=True, return_tensors="pt")`` gives
-  ``input_ids`` (``</s>`` appended, no ``<s>``, unknown -> ``<unk>``) and ``attention_mask``
-  for :class:`~hf_laser.modeling_laser.LaserModel`, exactly the ids LASER's ``SentenceEncoder``
-  computes from a ``.bpe``/``.spm`` line (``line.strip().split()`` looked up in the dictionary).
-* streaming helpers (:meth:`LaserTokenizer.encode_lines`, :meth:`LaserTextPipeline.iter_file`,
-  :meth:`LaserTextPipeline.tokenize_file`, which ``hf-laser tokenize`` runs) with an order-preserving
-  multiprocessing pool (``num_proc``).
-
-Files read and written use UTF-8 with ``errors="surrogateescape"`` and split lines on ``'\\n'``
-only, so a line containing ``\\r``, U+2028, U+0085 ... stays one line (one output line per input
-line).
+It is built on :mod:`hf_laser.text_tokenizer`, which holds the layers usable without transformers (its public names
+are re-exported here): :class:`LaserTextPipeline` (text -> ``.tok`` -> subword lines, what ``hf-laser tokenize`` runs),
+:class:`~hf_laser.text_tokenizer.LaserTextTokenizer` (lines -> ids: ``encode_lines``, ``iter_tokenize_file``,
+``resolve_lang``) and the order-preserving multiprocessing helpers (``num_proc``).  Files read and written use UTF-8
+with ``errors="surrogateescape"`` and split lines on ``'\\n'`` only.
 """
 
 from __future__ import annotations
