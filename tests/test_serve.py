@@ -27,12 +27,16 @@ require_serve_extra()
 
 import requests  # noqa: E402
 
+from hf_laser import DEFAULT_MODEL  # noqa: E402
+from hf_laser.plain_config import PlainLaserConfig  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = {lang: (REPO / "examples" / f"{lang}.txt").read_text(encoding="utf-8").splitlines()
             for lang in ("en", "de", "es", "fr", "ru")}
 TOL = 1e-6
 TIMEOUT = 60  # seconds, any one HTTP call
 LIMITS = ["--max-inputs", "64", "--max-request-tokens", "100000", "--max-body-bytes", "2000000"]
+SHIPPED_DIM = PlainLaserConfig.from_directory(DEFAULT_MODEL).embedding_dim  # the server's model: the shipped one
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +281,7 @@ BAD_OPENAI = [
     ({"input": [15339, 1917]}, 400, "token ids are not accepted"),
     ({"input": ["a"], "model": 3}, 400, "'model' must be a string"),
     ({"input": ["a"], "encoding_format": "int8"}, 400, "'encoding_format'"),
-    ({"input": ["a"], "dimensions": 256}, 400, "'dimensions' can only be 512"),
+    ({"input": ["a"], "dimensions": SHIPPED_DIM // 2}, 400, f"'dimensions' can only be {SHIPPED_DIM}"),
     ({"input": ["a"], "langs": "fr"}, 400, "unrecognized request argument(s): langs"),
     ({"input": ["a"] * 65}, 413, "65 inputs, over the limit of 64"),
     ({"input": ["word " * 100_000]}, 413, "100,001 tokens, over the limit of 100,000"),
