@@ -153,24 +153,31 @@ def test_not_a_directory_or_no_weights_declines(tmp_path, tiny_model_dir):
         assert LaserBiLSTM.from_directory(path) is None
 
 
-def test_cli_embed_never_imports_transformers(tmp_path):
-    """`hf-laser embed` with the shipped model: the embeddings of the library path, and neither transformers (a third
-    of its start-up) nor `torch._dynamo` in the process."""
+@pytest.mark.parametrize("command", ["embed", "tokenize"])
+def test_cli_never_imports_transformers(tmp_path, command):
+    """`hf-laser embed` / `tokenize` with the shipped model: the output of the library path, and neither transformers
+    (a third of a command's start-up) nor `torch._dynamo` in the process."""
     src = tmp_path / "in.txt"
     src.write_text("Hello world.\nGood morning.\n", encoding="utf-8")
-    code = ("import sys, runpy; sys.argv = ['hf-laser', 'embed', '--lang', 'en', '-q', '-i', sys.argv[1], '-o', "
+    out = tmp_path / ("out.npy" if command == "embed" else "out.bpe")
+    code = (f"import sys, runpy; sys.argv = ['hf-laser', '{command}', '--lang', 'en', '-i', sys.argv[1], '-o', "
             "sys.argv[2]]\ntry:\n    runpy.run_module('hf_laser.cli', run_name='__main__')\nexcept SystemExit as e:\n"
-            "    assert not e.code, e.code\nprint('transformers', any(m.split('.')[0] == 'transformers' for m in sys.modules))\n"
+            "    assert not e.code, e.code\n"
+            "print('transformers', any(m.split('.')[0] == 'transformers' for m in sys.modules))\n"
             "print('dynamo', 'torch._dynamo' in sys.modules)")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "out.npy")], capture_output=True,
-                            text=True, env=env, timeout=300)
+    result = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True, env=env,
+                            timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     # nor torch._dynamo (1-3 s), which building a model on the meta device imported
     assert result.stdout.strip().splitlines()[-2:] == ["transformers False", "dynamo False"]
+    if command == "tokenize":
+        tokenizer = LaserTokenizer.from_pretrained(DEFAULT_MODEL)
+        assert out.read_text().splitlines() == tokenizer.pipeline.process(["Hello world.", "Good morning."], "en")
+        return
     expected = LaserEncoder.from_pretrained(DEFAULT_MODEL).encode(["Hello world.", "Good morning."], lang="en")
     # (not bit-equal: the subprocess runs with its own number of torch threads, the test worker with one)
-    assert np.abs(np.load(tmp_path / "out.npy") - expected).max() <= 1e-6
+    assert np.abs(np.load(out) - expected).max() <= 1e-6
 
 
 def test_plain_config_defaults_and_checks_are_laser_configs():

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
               "--lang auto to detect it per sentence", file=sys.stderr)
         return 2
     from ..models import check_local_dir, resolve_model
-    from ..tokenization_laser import LaserTextPipeline, LaserTokenizer
+    from ..text_tokenizer import LaserTextPipeline, LaserTextTokenizer
 
     try:
         check_lang_arg(args.lang, WHO)
@@ -59,7 +59,11 @@ def run(args: argparse.Namespace) -> int:
         if args.bpe_codes is None and args.spm_model is None:
             model = resolve_model(args.model, who=WHO)
             check_local_dir(model)  # a missing local path is an error here, not a Hub id to look up
-            tok = LaserTokenizer.from_pretrained(model)
+            tok = LaserTextTokenizer.from_directory(model)  # a plain directory: no transformers to import
+            if tok is None:
+                from ..tokenization_laser import LaserTokenizer
+
+                tok = LaserTokenizer.from_pretrained(model)
             pipeline = tok.pipeline
             if args.laser2_punct_lang is not None:
                 pipeline.laser2_punct_lang = args.laser2_punct_lang
