@@ -231,7 +231,8 @@ def test_plain_tokenizer_gives_laser_tokenizers_ids_and_identity(tokenizer_dir):
     assert tokenizer_sha256(plain, None) == tokenizer_sha256(full, None)
 
 
-@pytest.mark.parametrize("change", ["class", "special", "added", "added-id", "setting", "no-vocab", "json"])
+@pytest.mark.parametrize("change", ["class", "special", "added", "added-id", "added-key", "setting", "no-vocab",
+                                    "json"])
 def test_plain_tokenizer_declines_anything_unusual(tiny_model_dir, tmp_path, change):
     """from_directory returns None, and `torch_only=True` then loads `LaserTokenizer` (or raises what it raises)."""
     path = _copy(tiny_model_dir, tmp_path / "model")
@@ -245,6 +246,8 @@ def test_plain_tokenizer_declines_anything_unusual(tiny_model_dir, tmp_path, cha
         config["added_tokens_decoder"]["99"] = {**config["added_tokens_decoder"]["3"], "content": "<mask>"}
     elif change == "added-id":
         config["added_tokens_decoder"]["7"] = config["added_tokens_decoder"].pop("3")
+    elif change == "added-key":
+        config["added_tokens_decoder"]["three"] = config["added_tokens_decoder"].pop("3")
     elif change == "setting":
         config["do_lower_case"] = True
     elif change == "no-vocab":

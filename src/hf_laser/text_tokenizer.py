@@ -583,7 +583,7 @@ class LaserTextTokenizer:
         except (OSError, ValueError, TypeError):
             return None
         # the added tokens must sit at their dictionary ids, or LaserTokenizer's lookups would differ
-        if any(not isinstance(token, dict) or tokenizer.encoder.get(token["content"]) != int(index)
+        if any(not str(index).isdigit() or tokenizer.encoder.get(token["content"]) != int(index)
                for index, token in added.items()):
             return None
         return tokenizer
