@@ -231,8 +231,8 @@ def test_plain_tokenizer_gives_laser_tokenizers_ids_and_identity(tokenizer_dir):
     assert tokenizer_sha256(plain, None) == tokenizer_sha256(full, None)
 
 
-@pytest.mark.parametrize("change", ["class", "special", "added", "added-id", "added-key", "setting", "no-vocab",
-                                    "json"])
+@pytest.mark.parametrize("change", ["class", "special", "added", "added-id", "added-key", "added-content", "setting",
+                                    "no-vocab", "json"])
 def test_plain_tokenizer_declines_anything_unusual(tiny_model_dir, tmp_path, change):
     """from_directory returns None, and `torch_only=True` then loads `LaserTokenizer` (or raises what it raises)."""
     path = _copy(tiny_model_dir, tmp_path / "model")
@@ -246,6 +246,8 @@ def test_plain_tokenizer_declines_anything_unusual(tiny_model_dir, tmp_path, cha
         config["added_tokens_decoder"]["99"] = {**config["added_tokens_decoder"]["3"], "content": "<mask>"}
     elif change == "added-id":
         config["added_tokens_decoder"]["7"] = config["added_tokens_decoder"].pop("3")
+    elif change == "added-content":
+        del config["added_tokens_decoder"]["3"]["content"]
     elif change == "added-key":
         config["added_tokens_decoder"]["three"] = config["added_tokens_decoder"].pop("3")
     elif change == "setting":
@@ -259,3 +261,12 @@ def test_plain_tokenizer_declines_anything_unusual(tiny_model_dir, tmp_path, cha
     assert LaserTextTokenizer.from_directory(path) is None
     if change in ("special", "setting"):  # valid for LaserTokenizer, just not the plain case
         assert type(LaserEncoder.from_pretrained(path, torch_only=True).tokenizer) is LaserTokenizer
+
+
+@pytest.mark.parametrize("torch_only", [False, True])
+def test_a_tokenizer_that_cannot_be_loaded_is_an_error_not_a_dictionary_only_model(tiny_model_dir, tmp_path,
+                                                                                      torch_only):
+    path = _copy(tiny_model_dir, tmp_path / "model")
+    (path / "bpe.fcodes").unlink()
+    with pytest.raises((OSError, ValueError), match="bpe_codes_file|spm_model_file|bpe.fcodes"):
+        LaserEncoder.from_pretrained(path, torch_only=torch_only)

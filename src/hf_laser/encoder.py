@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError, one_line, run_cli  # noqa: F401 (re-exported)
+from .integration_files import has_laser_tokenizer
 from .langid import CHECK_SAMPLE, warn_at_caller
 from .bilstm import LaserBiLSTM
 from .outputs import (MANIFEST_FORMAT, OutputFiles, embedding_identity, identity_changes,  # noqa: F401 (re-exported)
@@ -199,6 +200,8 @@ class LaserEncoder:
 
                 tokenizer = LaserTokenizer.from_pretrained(path)
         except (OSError, ValueError):  # a dictionary-only directory (converted without subword files)
+            if has_laser_tokenizer(path):  # a tokenizer is there but cannot be loaded: say why, not "no tokenizer"
+                raise
             vocab_file = Path(path) / "vocab.json"
             if vocab_file.is_file():
                 vocab = json.loads(vocab_file.read_text(encoding="utf-8"))

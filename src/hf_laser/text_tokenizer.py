@@ -27,7 +27,7 @@ import multiprocessing
 import os
 import sys
 import warnings
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -572,8 +572,8 @@ class LaserTextTokenizer:
         if (set(kwargs) - {"lang", "laser2_punct_lang", "mode", *SPECIAL_TOKENS}
                 or any(kwargs.get(name, token) != token for name, token in SPECIAL_TOKENS.items())
                 or not isinstance(added, dict)
-                or sorted(token.get("content") if isinstance(token, dict) else None for token in added.values())
-                != sorted(SPECIAL_TOKENS.values())
+                or Counter(token.get("content") if isinstance(token, dict) else None for token in added.values())
+                != Counter(SPECIAL_TOKENS.values())
                 or "vocab_file" not in files):
             return None
         for name in SPECIAL_TOKENS:
