@@ -437,3 +437,23 @@ for my $k (sort keys %re) { my $r = $re{$k}; my @o; my $s = -1;
         assert _class_set(u[name]) == want, name
         assert _class_set(u[name + "_bmp"]) == {cp for cp in want if cp <= 0xFFFF}, name
         assert _class_set(u[name + "_astral"]) == {cp for cp in want if cp > 0xFFFF}, name
+
+
+def test_astral_classes_are_built_on_the_first_astral_line_only():
+    """Text without astral characters needs only the BMP part of the character classes (6 % of the code points; the
+    rest is half a second of a process's start-up): the first astral line builds the rest, and the output is that of
+    the reference-tested pipeline."""
+    import json
+    import sys
+
+    lines = ["Hello, world! It's 1990's.", "Tabs\tand\u00adsoft\u200bhyphens", "Emoji 😀 and 𝐛𝐨𝐥𝐝 letters, 𝟏𝟐,3."]
+    code = ("import sys, json; from hf_laser import preprocessing as P\n"
+            "pre, lines = P.LaserPreprocessor('en'), json.loads(sys.argv[1])\n"
+            "out = [pre(x) for x in lines[:2]]; before = P._uniclass_bodies.cache_info().currsize\n"
+            "out.append(pre(lines[2])); print(json.dumps([before, P._uniclass_bodies.cache_info().currsize, out]))")
+    result = subprocess.run([sys.executable, "-c", code, json.dumps(lines)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    before, after, out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (before, after) == (1, 2)  # the BMP part only, then the astral part too
+    assert out == [LaserPreprocessor("en")(x) for x in lines]

@@ -290,13 +290,19 @@ def _class_body(mask: bytearray, offset: int = 0) -> str:
     return "".join(parts)
 
 
-@functools.lru_cache(maxsize=None)
-def _uniclasses() -> dict[str, str]:
-    """Character classes as perl 5.36 (Unicode 14) sees them, as regex class bodies.
+_CLASS_NAMES = ("C", "N", "Ll", "Alpha", "Alnum", "Lower")
+_BMP_END = 0x10000
 
-    Built once from :mod:`unicodedata` (Unicode 14 in Python 3.11) and the embedded
-    Other_Alphabetic / Other_Lowercase tables: C, N (IsN), Ll, Alpha (IsAlpha),
-    Alnum (IsAlnum = Alphabetic + Nd), Lower (IsLower).
+
+@functools.lru_cache(maxsize=None)
+def _uniclass_bodies(lo: int, hi: int) -> dict[str, str]:
+    """Character classes as perl 5.36 (Unicode 14) sees them, restricted to the code points ``lo .. hi - 1``, as
+    regex class bodies.
+
+    Built from :mod:`unicodedata` (Unicode 14 in Python 3.11) and the embedded Other_Alphabetic / Other_Lowercase
+    tables: C, N (IsN), Ll, Alpha (IsAlpha), Alnum (IsAlnum = Alphabetic + Nd), Lower (IsLower).  The BMP part
+    (6 % of the code points) is all that text without astral characters needs; the astral part is built on the
+    first line that has one (0.5 s of a process's start-up otherwise).
     """
     if unicodedata.unidata_version != "14.0.0":  # pragma: no cover - pinned Python 3.11
         warnings.warn(
@@ -306,11 +312,9 @@ def _uniclasses() -> dict[str, str]:
             RuntimeWarning,
             stacklevel=2,
         )
-    n = 0x110000
-    masks = {k: bytearray(n) for k in ("C", "N", "Ll", "Alpha", "Alnum", "Lower")}
-    cat = unicodedata.category
+    masks = {k: bytearray(hi - lo) for k in _CLASS_NAMES}
     start = 0
-    for key, grp in itertools.groupby([cat(chr(i)) for i in range(n)]):
+    for key, grp in itertools.groupby(map(unicodedata.category, map(chr, range(lo, hi)))):
         end = start + sum(1 for _ in grp)
         ones = b"\x01" * (end - start)
         first = key[0]
@@ -330,19 +334,21 @@ def _uniclasses() -> dict[str, str]:
                 masks["Ll"][start:end] = ones
                 masks["Lower"][start:end] = ones
         start = end
-    for a, b in _parse_ranges(_OTHER_ALPHABETIC):
-        masks["Alpha"][a : b + 1] = b"\x01" * (b - a + 1)
-        masks["Alnum"][a : b + 1] = b"\x01" * (b - a + 1)
-    for a, b in _parse_ranges(_OTHER_LOWERCASE):
-        masks["Lower"][a : b + 1] = b"\x01" * (b - a + 1)
+    for table, names in ((_OTHER_ALPHABETIC, ("Alpha", "Alnum")), (_OTHER_LOWERCASE, ("Lower",))):
+        for a, b in _parse_ranges(table):
+            a, b = max(a, lo) - lo, min(b, hi - 1) - lo  # the part inside lo .. hi - 1
+            for name in names:
+                if a <= b:
+                    masks[name][a : b + 1] = b"\x01" * (b - a + 1)
+    return {name: _class_body(masks[name], lo) for name in _CLASS_NAMES}
+
+
+def _uniclasses() -> dict[str, str]:
+    """All of :func:`_uniclass_bodies`: ``name`` (every code point), ``name + "_bmp"`` and ``name + "_astral"``."""
+    bmp, astral = _uniclass_bodies(0, _BMP_END), _uniclass_bodies(_BMP_END, 0x110000)
     out = {}
-    for name in ("C", "N", "Ll", "Alpha", "Alnum", "Lower"):
-        out[name] = _class_body(masks[name])
-        # The BMP and the astral part separately (see _Classes): Python's re tests a
-        # BMP-only class with one bitmap lookup, but a class with astral ranges also scans
-        # all of them for every BMP character outside the class (10-100x slower).
-        out[name + "_bmp"] = _class_body(masks[name][:0x10000])
-        out[name + "_astral"] = _class_body(masks[name][0x10000:], 0x10000)
+    for name in _CLASS_NAMES:
+        out.update({name: bmp[name] + astral[name], name + "_bmp": bmp[name], name + "_astral": astral[name]})
     return out
 
 
@@ -359,15 +365,18 @@ class _Classes:
 
     def __init__(self, full: bool):
         self.full = full
-        self.u = _uniclasses()
+        # The BMP part always (the two flavours share it, so their BMP matches are the same); the astral part only
+        # for the full flavour
+        self.bmp = _uniclass_bodies(0, _BMP_END)
+        self.astral = _uniclass_bodies(_BMP_END, 0x110000) if full else None
 
     def pos(self, names: str, extra: str = "") -> str:
         """``[\\p{A}\\p{B}extra]`` for ``names="A B"`` (``extra``: BMP class items)."""
         names_ = names.split()
-        bmp = "".join(self.u[n + "_bmp"] for n in names_) + extra
+        bmp = "".join(self.bmp[n] for n in names_) + extra
         if not self.full:
             return f"[{bmp}]"
-        astral = "".join(self.u[n + "_astral"] for n in names_)
+        astral = "".join(self.astral[n] for n in names_)
         if not astral:
             return f"[{bmp}]"
         return f"(?:[{bmp}]|[{_ASTRAL_RANGE}](?<=[{astral}]))"
@@ -375,10 +384,10 @@ class _Classes:
     def neg(self, names: str, extra: str = "") -> str:
         """``[^\\p{A}\\p{B}extra]``."""
         names_ = names.split()
-        bmp = "".join(self.u[n + "_bmp"] for n in names_) + extra
+        bmp = "".join(self.bmp[n] for n in names_) + extra
         if not self.full:
             return f"[^{bmp}]"
-        astral = "".join(self.u[n + "_astral"] for n in names_)
+        astral = "".join(self.astral[n] for n in names_)
         if not astral:
             return f"[^{bmp}]"
         return f"(?:[^{bmp}{_ASTRAL_RANGE}]|[{_ASTRAL_RANGE}](?<![{astral}]))"
@@ -393,9 +402,9 @@ _ASTRAL = re.compile(f"[{_ASTRAL_RANGE}]")
 
 
 @functools.lru_cache(maxsize=None)
-def _non_printing_res() -> tuple[re.Pattern, re.Pattern]:
-    """(pattern for text without astral characters, pattern for any text)."""
-    return (re.compile(_Classes(False).pos("C")), re.compile(_Classes(True).pos("C")))
+def _non_printing_re(full: bool) -> re.Pattern:
+    """The pattern for text without astral characters (``full=False``), or for any text."""
+    return re.compile(_Classes(full).pos("C"))
 
 
 def remove_non_printing_chars(text: str) -> str:
@@ -404,8 +413,7 @@ def remove_non_printing_chars(text: str) -> str:
     # Z* other than U+0020), so a printable line has nothing to replace.
     if text.isprintable():
         return text
-    bmp, full = _non_printing_res()
-    return (bmp if text.isascii() or _ASTRAL.search(text) is None else full).sub(" ", text)
+    return _non_printing_re(not text.isascii() and _ASTRAL.search(text) is not None).sub(" ", text)
 
 
 # --------------------------------------------------------------------------------------
@@ -644,13 +652,18 @@ class _MosesTokenizer:
         self.lang = lang
         self.prefixes = _load_prefixes(lang)
         self._bmp = _TokenizerRules(lang, full=False)
-        self._full = _TokenizerRules(lang, full=True)
+        self._full: _TokenizerRules | None = None  # built on the first line with an astral character
+
+    def _full_rules(self) -> _TokenizerRules:
+        if self._full is None:
+            self._full = _TokenizerRules(self.lang, full=True)
+        return self._full
 
     def __call__(self, line: str) -> str:
         # /^\s*$/: an empty or whitespace-only line is printed unchanged
         if _WS_ONLY.fullmatch(line) is not None:
             return line
-        r = self._bmp if line.isascii() or _ASTRAL.search(line) is None else self._full
+        r = self._bmp if line.isascii() or _ASTRAL.search(line) is None else self._full_rules()
 
         # $text = " $text "; remove ASCII junk; collapse and trim spaces
         text = _WS_RUN.sub(" ", " " + line + " ")
