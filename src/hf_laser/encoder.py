@@ -194,7 +194,7 @@ class LaserEncoder:
             model = model.to(device)
         tokenizer, vocab = None, None
         try:
-            tokenizer = LaserTextTokenizer.from_directory(path) if torch_only else None
+            tokenizer = LaserTextTokenizer.from_directory(path) if torch_only and not kwargs else None
             if tokenizer is None:
                 from .tokenization_laser import LaserTokenizer
 
