@@ -631,6 +631,16 @@ def test_real_data_smoke_run(tmp_path):
     tatoeba = json.loads((out / "report.json").read_text())["tatoeba"]
     assert tatoeba["baseline"] == tatoeba["untrained"] != tatoeba["trained"]
     assert "xx→en baseline" in report.stdout
+    # the first report's Tatoeba measurements were kept (OUT/report_parts/) and reused, saying so; the baseline's new
+    assert "tatoeba-untrained: reusing the measurement" in report.stderr
+    assert "tatoeba-trained: reusing the measurement" in report.stderr
+    assert "tatoeba-baseline: reusing" not in report.stderr and (out / "report_parts" / "tatoeba-baseline.json").is_file()
+    first = (out / "report.json").read_text()
+    fresh = subprocess.run([sys.executable, str(REPO / "training" / "report.py"), "--run", str(out), "--baseline",
+                            str(out / "untrained"), "--fresh"], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    assert fresh.returncode == 0 and "reusing" not in fresh.stderr  # --fresh measures all again: the same figures
+    assert json.loads((out / "report.json").read_text()) == json.loads(first)
     # the baseline's FLORES is measured as the run's validation was: on the untrained encoder, its step-0 figures
     flores = json.loads((out / "report.json").read_text())["flores"]
     assert set(flores["baseline"]) == set(flores["untrained"]) == {"de", "es", "en"}

@@ -18,14 +18,23 @@ the Tatoeba and the BUCC errors of another encoder, e.g. the model shipped befor
 writes `tatoeba.png` (error per language, sorted). The held-out validation sets of the run
 (`validation.extra_path`), if any, get a table of their own.
 
+A full report embeds a lot (all of Tatoeba and BUCC with three encoders: an hour on 2 CPU cores for a 1×512 model),
+so every finished measurement is kept in `OUT/report_parts/` and an interrupted report resumes where it stopped. A
+kept measurement is reused only when what it measured is unchanged (`MeasurementStore`: the bytes of every file of
+the model directory and of the data read, the measuring code, the arguments, torch's version and the device), and
+each reuse is printed; `--fresh` measures everything again.
+
 Writes `OUT/report.json` and `OUT/report.md`, and prints the Markdown.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import inspect
 import json
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -46,6 +55,76 @@ USELESS_ERROR = 90.0
 def base_language(code: str) -> str:
     """`zh_Hans` → `zh`, `pt_BR` → `pt`: the preprocessing language of a corpus code."""
     return code.split("_")[0]
+
+
+def files_sha256(paths) -> dict[str, str]:
+    """`{path: sha256 of its bytes}` of files and of every file under directories (sorted, recursively)."""
+    digests = {}
+    for path in map(Path, paths):
+        for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
+            if f.is_file():
+                h = hashlib.sha256()
+                with f.open("rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+                digests[str(f)] = h.hexdigest()
+    return digests
+
+
+def code_sha256() -> str:
+    """One digest of the code a measurement runs: the `hf_laser` package (tokenization, model, encoder), the
+    `evaluation` package, and `training/train.py` (its `similarity_error`)."""
+    import hf_laser
+
+    sources = [*sorted(Path(hf_laser.__file__).parent.rglob("*.py")), *sorted((REPO / "evaluation").rglob("*.py")),
+               REPO / "training" / "train.py"]
+    h = hashlib.sha256()
+    for f in sources:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+class MeasurementStore:
+    """The finished measurements of a report (`OUT/report_parts/NAME.json`), so that an interrupted report resumes.
+
+    `measure(name, function, kwargs, models=[...], data=[...])` returns the kept result of `name` when everything that
+    decided it is unchanged: the bytes of every file of the model directories and of the data files or folders, the
+    code (`code_sha256` plus `function`'s own source), `kwargs`, torch's version and the device; otherwise (or with
+    `enabled=False`) it returns `function(**kwargs)` and keeps it with that record. Each reuse is logged, and so is
+    the reason a kept measurement is not reused."""
+
+    def __init__(self, folder: Path, *, device: str | None, enabled: bool = True, log=print):
+        self.folder, self.device, self.enabled, self.log = Path(folder), device, enabled, log
+        self._code = None
+
+    def _identity(self, function, kwargs, models, data) -> dict:
+        import torch
+
+        if self._code is None:
+            self._code = code_sha256()
+        args = {k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}
+        return {"models": files_sha256(models), "data": files_sha256(data), "args": args,
+                "code": self._code, "measure": hashlib.sha256(inspect.getsource(function).encode()).hexdigest(),
+                "torch": torch.__version__, "device": self.device or "cpu"}
+
+    def measure(self, name: str, function, kwargs: dict, *, models=(), data=()):
+        identity = self._identity(function, kwargs, [Path(m) for m in models], [Path(d) for d in data])
+        path = self.folder / f"{name}.json"
+        if self.enabled and path.is_file():
+            kept = json.loads(path.read_text())
+            if kept.get("identity") == identity:
+                self.log(f"[report] {name}: reusing the measurement of {kept['measured_at']} ({path}; same model "
+                         "files, data, code and arguments)")
+                return kept["result"]
+            changed = sorted(k for k in identity if kept.get("identity", {}).get(k) != identity[k])
+            self.log(f"[report] {name}: measuring again ({', '.join(changed)} changed since {path} was kept)")
+        result = function(**kwargs)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"identity": identity, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                   "result": result}, indent=1))
+        tmp.replace(path)
+        return result
 
 
 def read_metrics(run: Path) -> list[dict]:
@@ -129,17 +208,37 @@ def tatoeba_errors(model_dir: Path, langs: list[str], folder: Path, device: str 
     return evaluate_tatoeba(cache, langs, folder=folder, show_progress=False, log=lambda *_: None)
 
 
-def bucc_f1(model_dir: Path, folder: Path, device: str | None) -> dict:
-    """`{pair: F1 %}` of margin-based mining (threshold from the `training` split, F1 on `sample`)."""
+def bucc_pair_f1(model_dir: Path, folder: Path, pair: str, device: str | None) -> float:
+    """F1 (%) of margin-based mining on `folder/pair` (threshold from the `training` split, F1 on `sample`)."""
     from evaluation.bucc import evaluate_bucc
     from hf_laser import LaserEncoder
 
     encoder = LaserEncoder.from_pretrained(model_dir, device=device)
+    return round(100 * evaluate_bucc(encoder, folder, pair, "training", "sample")["eval"]["f1"], 2)
+
+
+def bucc_f1(model_dir: Path, folder: Path, device: str | None, store: MeasurementStore, name: str) -> dict:
+    """`{pair: F1 %}` for each pair of `BUCC_PAIRS` that `folder` has, each pair kept in `store` as `bucc-NAME-PAIR`."""
     pairs = [pair for pair in BUCC_PAIRS if (folder / pair).is_dir()]
     if not pairs:
         raise FileNotFoundError(f"no BUCC pair folder ({', '.join(BUCC_PAIRS)}) in {folder}")
-    return {pair: round(100 * evaluate_bucc(encoder, folder, pair, "training", "sample")["eval"]["f1"], 2)
+    return {pair: store.measure(f"bucc-{name}-{pair}", bucc_pair_f1,
+                                {"model_dir": model_dir, "folder": folder, "pair": pair, "device": device},
+                                models=[model_dir], data=[folder / pair])
             for pair in pairs}
+
+
+def baseline_validation_errors(model_dir: Path, folder: Path, langs: list[str] | None, targets: list[str],
+                               max_sentences: int | None, pretokenized: bool, held_out_sets: list[str] | None,
+                               device: str | None) -> dict:
+    """`model_flores_errors` of the encoder in `model_dir` (or, with `held_out_sets`, `model_held_out_errors`)."""
+    from hf_laser import LaserEncoder
+
+    encoder = LaserEncoder.from_pretrained(model_dir, device=device)
+    if held_out_sets is not None:
+        return model_held_out_errors(encoder, folder, held_out_sets, targets, max_sentences)
+    return model_flores_errors(encoder, folder, langs, targets, max_sentences=max_sentences,
+                               pretokenized=pretokenized)
 
 
 def focus_mean(tatoeba: dict) -> float | None:
@@ -170,13 +269,17 @@ def curve(run: Path, rows: list[dict], tatoeba_dir: Path | None, device: str | N
 
 
 def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None, *, tatoeba_langs: str = "run",
-                 bucc_dir: Path | None = None, with_curve: bool = False, baseline: Path | None = None) -> dict:
+                 bucc_dir: Path | None = None, with_curve: bool = False, baseline: Path | None = None,
+                 store: MeasurementStore | None = None) -> dict:
+    """The report's figures (see the module's docstring). `store` keeps each finished measurement (default: none
+    kept)."""
     if baseline is not None and not (baseline / "config.json").is_file():
         raise FileNotFoundError(f"--baseline {baseline} is not a model directory (no config.json)")
     for name in ("final", "untrained"):
         if not (run / name / "config.json").is_file():
             raise FileNotFoundError(f"{run / name} is missing: the run has not finished, or predates "
                                     "training.save_untrained")
+    store = store or MeasurementStore(run / "report_parts", device=device, enabled=False)
     rows = read_metrics(run)
     state = json.loads((run / "final" / "training_state.json").read_text())
     cfg = yaml.safe_load((run / "config.yaml").read_text())
@@ -187,24 +290,23 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None,
               "start": cfg["training"].get("init_from"),
               "flores": {"untrained": flores_errors(rows, 0), "trained": flores_errors(rows, state["step"])}}
     vcfg, targets = cfg["validation"], cfg["data"]["target_languages"]
-    baseline_encoder = None
-    if baseline is not None:
-        from hf_laser import LaserEncoder
-
-        baseline_encoder = LaserEncoder.from_pretrained(baseline, device=device)
     resolve = lambda path: Path(path) if Path(path).is_absolute() else REPO / path  # noqa: E731
-    if baseline_encoder is not None and report["flores"]["trained"]:
+    if baseline is not None and report["flores"]["trained"]:
         langs = sorted(report["flores"]["trained"]) + [t for t in targets if t not in report["flores"]["trained"]]
-        report["flores"]["baseline"] = model_flores_errors(
-            baseline_encoder, resolve(vcfg["path"]), langs, targets, max_sentences=vcfg.get("max_sentences"),
-            pretokenized=vcfg.get("pretokenized", False))
+        kwargs = {"model_dir": baseline, "folder": resolve(vcfg["path"]), "langs": langs, "targets": targets,
+                  "max_sentences": vcfg.get("max_sentences"), "pretokenized": vcfg.get("pretokenized", False),
+                  "held_out_sets": None, "device": device}
+        report["flores"]["baseline"] = store.measure("flores-baseline", baseline_validation_errors, kwargs,
+                                                     models=[baseline], data=[kwargs["folder"]])
     held_out = held_out_errors(rows, state["step"])
     if held_out:
         report["held_out"] = {"path": vcfg["extra_path"], "trained": held_out}
-        if baseline_encoder is not None:
-            report["held_out"]["baseline"] = model_held_out_errors(
-                baseline_encoder, resolve(vcfg["extra_path"]), sorted(held_out), targets,
-                vcfg.get("extra_max_sentences"))
+        if baseline is not None:
+            kwargs = {"model_dir": baseline, "folder": resolve(vcfg["extra_path"]), "langs": None, "targets": targets,
+                      "max_sentences": vcfg.get("extra_max_sentences"), "pretokenized": False,
+                      "held_out_sets": sorted(held_out), "device": device}
+            report["held_out"]["baseline"] = store.measure("held-out-baseline", baseline_validation_errors, kwargs,
+                                                           models=[baseline], data=[kwargs["folder"]])
     if tatoeba_dir is not None:
         from evaluation.tatoeba import available_languages
 
@@ -214,21 +316,24 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None,
             langs = list(FOCUS)
         else:
             langs = tatoeba_languages(sources, tatoeba_dir)
-        report["tatoeba"] = {"languages": langs,
-                             "untrained": tatoeba_errors(run / "untrained", langs, tatoeba_dir, device),
-                             "trained": tatoeba_errors(run / "final", langs, tatoeba_dir, device)}
-        models = ["untrained", "trained"]
+        models = {"untrained": run / "untrained", "trained": run / "final"}
         if baseline is not None:
             report["baseline"] = str(baseline)
-            report["tatoeba"]["baseline"] = tatoeba_errors(baseline, langs, tatoeba_dir, device)
-            models.append("baseline")
+            models["baseline"] = baseline
+        report["tatoeba"] = {"languages": langs}
+        for model, model_dir in models.items():
+            report["tatoeba"][model] = store.measure(
+                f"tatoeba-{model}", tatoeba_errors,
+                {"model_dir": model_dir, "langs": langs, "folder": tatoeba_dir, "device": device},
+                models=[model_dir], data=[tatoeba_dir])
         report["tatoeba"]["focus_mean"] = {model: focus_mean(report["tatoeba"][model]) for model in models}
         report["tatoeba"]["useless"] = [lang for lang in langs
                                         if report["tatoeba"]["trained"][lang]["xx2en_error"] >= USELESS_ERROR]
     if bucc_dir is not None:
-        report["bucc"] = {model: bucc_f1(run / model, bucc_dir, device) for model in ("untrained", "final")}
+        report["bucc"] = {model: bucc_f1(run / model, bucc_dir, device, store, model)
+                          for model in ("untrained", "final")}
         if baseline is not None:
-            report["bucc"]["baseline"] = bucc_f1(baseline, bucc_dir, device)
+            report["bucc"]["baseline"] = bucc_f1(baseline, bucc_dir, device, store, "baseline")
     if with_curve:
         report["curve"] = curve(run, rows, tatoeba_dir, device)
     return report
@@ -320,6 +425,9 @@ def main(argv=None) -> int:
     parser.add_argument("--plot", action="store_true", help="write OUT/tatoeba.png (error per language, sorted)")
     parser.add_argument("--baseline", default=None, help="another encoder directory (e.g. the model shipped before) "
                                                          "whose FLORES, Tatoeba and BUCC errors are reported alongside")
+    parser.add_argument("--fresh", action="store_true",
+                        help="measure everything again instead of reusing the unchanged measurements kept in "
+                             "OUT/report_parts/ by an earlier (e.g. interrupted) report")
     args = parser.parse_args(argv)
     run = Path(args.run)
     tatoeba_dir = None if args.tatoeba_dir == "none" else Path(args.tatoeba_dir)
@@ -328,7 +436,9 @@ def main(argv=None) -> int:
     try:
         report = build_report(run, tatoeba_dir, args.device, tatoeba_langs=args.tatoeba_langs,
                               bucc_dir=Path(args.bucc_dir) if args.bucc_dir else None, with_curve=args.curve,
-                              baseline=Path(args.baseline) if args.baseline else None)
+                              baseline=Path(args.baseline) if args.baseline else None,
+                              store=MeasurementStore(run / "report_parts", device=args.device, enabled=not args.fresh,
+                                                     log=lambda msg: print(msg, file=sys.stderr, flush=True)))
     except FileNotFoundError as err:
         parser.error(str(err))
     (run / "report.json").write_text(json.dumps(report, indent=1))
