@@ -18,10 +18,11 @@ the Tatoeba and the BUCC errors of another encoder, e.g. the model shipped befor
 writes `tatoeba.png` (error per language, sorted). The held-out validation sets of the run
 (`validation.extra_path`), if any, get a table of their own.
 
-A full report embeds a lot (all of Tatoeba and BUCC with three encoders: an hour on 2 CPU cores for a 1×512 model),
+A full report embeds a lot (all of Tatoeba and BUCC with three encoders: 57 minutes on 2 CPU cores for lever H),
 so every finished measurement is kept in `OUT/report_parts/` and an interrupted report resumes where it stopped. A
 kept measurement is reused only when what it measured is unchanged (`MeasurementStore`: the bytes of every file of
-the model directory and of the data read, the measuring code, the arguments, torch's version and the device), and
+the model directory and of the data read, the measuring code, the arguments, the versions of torch and of the
+libraries that can change a figure, and the device), and
 each reuse is printed; `--fresh` measures everything again.
 
 Writes `OUT/report.json` and `OUT/report.md`, and prints the Markdown.
@@ -84,12 +85,29 @@ def code_sha256() -> str:
     return h.hexdigest()
 
 
+# libraries whose version can change a figure: tokenization (jieba, MeCab), the tokenizer classes, kNN search
+MEASURED_WITH = ["numpy", "transformers", "tokenizers", "jieba", "mecab-python3", "ipadic", "faiss-cpu", "faiss-gpu"]
+
+
+def package_versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {}
+    for name in MEASURED_WITH:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
 class MeasurementStore:
     """The finished measurements of a report (`OUT/report_parts/NAME.json`), so that an interrupted report resumes.
 
     `measure(name, function, kwargs, models=[...], data=[...])` returns the kept result of `name` when everything that
     decided it is unchanged: the bytes of every file of the model directories and of the data files or folders, the
-    code (`code_sha256` plus `function`'s own source), `kwargs`, torch's version and the device; otherwise (or with
+    code (`code_sha256` plus `function`'s own source), `kwargs`, the versions of torch and of `MEASURED_WITH`, and the
+    device; otherwise (or with
     `enabled=False`) it returns `function(**kwargs)` and keeps it with that record. Each reuse is logged, and so is
     the reason a kept measurement is not reused."""
 
@@ -105,7 +123,7 @@ class MeasurementStore:
         args = {k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}
         return {"models": files_sha256(models), "data": files_sha256(data), "args": args,
                 "code": self._code, "measure": hashlib.sha256(inspect.getsource(function).encode()).hexdigest(),
-                "torch": torch.__version__, "device": self.device or "cpu"}
+                "torch": torch.__version__, "packages": package_versions(), "device": self.device or "cpu"}
 
     def measure(self, name: str, function, kwargs: dict, *, models=(), data=()):
         identity = self._identity(function, kwargs, [Path(m) for m in models], [Path(d) for d in data])
@@ -249,8 +267,10 @@ def focus_mean(tatoeba: dict) -> float | None:
                  / (2 * len(FOCUS)), 2)
 
 
-def curve(run: Path, rows: list[dict], tatoeba_dir: Path | None, device: str | None) -> list[dict]:
-    """One row per encoder snapshot (`OUT/encoders/step-N`): minutes, FLORES mean, FOCUS Tatoeba mean."""
+def curve(run: Path, rows: list[dict], tatoeba_dir: Path | None, device: str | None,
+          store: MeasurementStore) -> list[dict]:
+    """One row per encoder snapshot (`OUT/encoders/step-N`): minutes, FLORES mean, FOCUS Tatoeba mean (each kept in
+    `store` as `curve-tatoeba-step-N`)."""
     points = []
     for snapshot in sorted((run / "encoders").glob("step-*")):
         state = json.loads((snapshot / "training_state.json").read_text())
@@ -261,7 +281,10 @@ def curve(run: Path, rows: list[dict], tatoeba_dir: Path | None, device: str | N
                  "flores": round(sum(flores.values()) / len(flores), 2) if flores else None,
                  "held_out": None if held_out is None else round(held_out, 2)}
         if tatoeba_dir is not None:
-            point["tatoeba_focus"] = focus_mean(tatoeba_errors(snapshot, FOCUS, tatoeba_dir, device))
+            point["tatoeba_focus"] = focus_mean(store.measure(
+                f"curve-tatoeba-{snapshot.name}", tatoeba_errors,
+                {"model_dir": snapshot, "langs": FOCUS, "folder": tatoeba_dir, "device": device},
+                models=[snapshot], data=[tatoeba_dir]))
         points.append(point)
     if not points:
         raise FileNotFoundError(f"{run / 'encoders'} has no snapshot: train with training.snapshot_encoders: true")
@@ -335,7 +358,7 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None,
         if baseline is not None:
             report["bucc"]["baseline"] = bucc_f1(baseline, bucc_dir, device, store, "baseline")
     if with_curve:
-        report["curve"] = curve(run, rows, tatoeba_dir, device)
+        report["curve"] = curve(run, rows, tatoeba_dir, device, store)
     return report
 
 
