@@ -6,9 +6,11 @@ change of the Tatoeba error (xx→en / en→xx nearest neighbour by cosine, aver
 once; every mode embeds the same ids. Usage::
 
     python benchmarks/speed_modes_fidelity.py [--model DIR ...] [--langs fra,deu,...] [--modes int8,bf16]
+                                              [--no-reference]
 
-The reference `laser-ref-tiny.pt` is always converted and measured (random weights: errors near chance, so its error
-change mostly shows how often near-ties flip); `--model` adds trained models.
+The reference `laser-ref-tiny.pt` is converted and measured too (random weights: errors near chance, so its error
+change mostly shows how often near-ties flip; a paper-size 5×512 encoder, the slowest part on a CPU) unless
+`--no-reference`; `--model` adds trained models.
 """
 
 from __future__ import annotations
@@ -43,14 +45,17 @@ def tiny_reference_model() -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append",
-                        help="further model directory (repeatable); the converted laser-ref-tiny is always measured")
+                        help="further model directory (repeatable); the converted laser-ref-tiny is measured too")
     parser.add_argument("--tatoeba-dir", default=str(SHARED / "data" / "tatoeba" / "v1"))
     parser.add_argument("--langs", default=None, help="ISO 639-3 codes (default: all)")
     parser.add_argument("--modes", default="int8,bf16")
+    parser.add_argument("--no-reference", action="store_true", help="measure only the --model directories")
     args = parser.parse_args()
+    if args.no_reference and not args.model:
+        parser.error("--no-reference needs at least one --model")
     langs = args.langs.split(",") if args.langs else [x for x in available_languages(args.tatoeba_dir) if x != "eng"]
-    models = [tiny_reference_model()]
-    models += [Path(m) for m in args.model or [] if Path(m).resolve() != models[0].resolve()]
+    models = [] if args.no_reference else [tiny_reference_model()]
+    models += [Path(m) for m in args.model or [] if not models or Path(m).resolve() != models[0].resolve()]
 
     print("| model | mode | mean cosine to fp32 | min cosine | avg xx→en error | avg en→xx error | Δ xx→en | Δ en→xx |")
     print("|---|---|---|---|---|---|---|---|")

@@ -202,7 +202,7 @@ def recipe_text(cfg: dict, recipe: str, dest: Path = DEST) -> str:
     widened = (f", widened from {before['num_layers']}×{before['hidden_size']} to {now['num_layers']}×"
                f"{now['hidden_size']} units (`training.init_widen`: the encoder's units kept as they were, new ones "
                "added near 0)" if now.get("hidden_size") != before.get("hidden_size") else "")
-    return (f"{count} stages. " + " ".join(parts) + f" Then `{recipe}`, this run, from that encoder "
+    return (f"Trained in {count} stages. " + " ".join(parts) + f" Then `{recipe}`, this run, from that encoder "
             f"(`training.init_from`; this run's: {start_text(cfg['training']['init_from'], dest)}){widened} with "
             "the same tokenizer and data: ")
 
