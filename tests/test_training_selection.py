@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 import yaml
 from conftest import REPO
@@ -190,6 +191,37 @@ def test_extra_validation_selects_the_best_step_by_the_mean(tmp_path):
                                               for name in ("xx-en", "yy-en")}
     assert report["flores"]["baseline"] == pytest.approx(report["flores"]["untrained"], abs=1e-6)
     assert "| xx-en |" in (out / "report.md").read_text()
+
+    # average_checkpoints.py (same run, to spare a second one): the mean of one checkpoint with itself validates as
+    # that step did; the mean of two is their element-wise mean; inputs that do not match are refused
+    from safetensors.torch import load_file
+
+    from training.average_checkpoints import main as average_main
+    from training.average_checkpoints import read_encoder_state, validation_errors
+
+    step20, step40 = out / "checkpoints" / "step-00000020", out / "checkpoints" / "step-00000040"
+    assert average_main(["--run", str(out), "--inputs", str(step40), str(step40), "--output", str(out / "same"),
+                         "--validate"]) == 0
+    same = json.loads((out / "same" / "training_state.json").read_text())
+    assert same["valid_mean"] == pytest.approx(validated[-1]["valid_mean"], abs=1e-6)
+    assert same["valid_extra_error"] == pytest.approx(validated[-1]["valid_extra_error"], abs=1e-6)
+    assert average_main(["--run", str(out), "--inputs", str(step20), str(step40 / "model.safetensors"),
+                         "--output", str(out / "mean")]) == 0
+    a, b = read_encoder_state(step20), read_encoder_state(step40)
+    mean = load_file(str(out / "mean" / "model.safetensors"))
+    assert set(mean) == set(a) and not torch.equal(a["lstm.weight_hh_l0"], b["lstm.weight_hh_l0"])
+    for k in a:
+        torch.testing.assert_close(mean[k], (a[k] + b[k]) / 2)
+    assert validation_errors(out, out / "mean")["valid_mean"] >= 0
+    with pytest.raises(FileExistsError):
+        average_main(["--run", str(out), "--inputs", str(step20), str(step40), "--output", str(out / "mean")])
+    from safetensors.torch import save_file
+
+    save_file({**a, "lstm.weight_hh_l0": a["lstm.weight_hh_l0"][:, :4].contiguous()}, str(out / "narrow.safetensors"))
+    with pytest.raises(ValueError, match="lstm.weight_hh_l0"):
+        average_main(["--run", str(out), "--inputs", str(step20), str(out / "narrow.safetensors"),
+                      "--output", str(out / "never")])
+    assert not (out / "never").exists()
 
 
 def test_model_card_finds_the_tatoeba_split_the_run_trained_on(tmp_path, tatoeba_folder):
