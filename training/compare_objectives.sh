@@ -4,7 +4,9 @@
 # One run per objective (translation, ranking, translation+ranking), each stopped by training.max_minutes (from its
 # launch, data preparation included), validated (FLORES, 500 sentences of the 12 languages + en:
 # seconds, not minutes) and snapshotted every 200 steps; then training/report.py --curve
-# gives FLORES and Tatoeba (12 languages) errors against minutes for each. Run it on an otherwise idle machine:
+# gives FLORES and Tatoeba (12 languages) errors against minutes for each. All three train on the pairs with English
+# only (`data.bitext_pairs=targets`): the decoder has no target embedding for a pair of two other languages, and the
+# objectives must see the same data. Run it on an otherwise idle machine:
 # the comparison is of wall-clock time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,7 @@ for objective in ranking translation translation+ranking; do
     rm -rf "$run"
     OMP_WAIT_POLICY=PASSIVE accelerate launch --config_file training/accelerate_configs/cpu.yaml training/train.py \
         --config training/configs/laser-mini.yaml --output-dir "$run" --set "training.objective=$objective" \
+        --set data.bitext_pairs=targets \
         --set "training.max_minutes=$MINUTES" --set training.eval_every=200 --set training.save_every=100000 \
         --set training.snapshot_encoders=true --set validation.max_sentences=500 \
         --set "validation.languages=[en, de, fr, es, it, pt, nl, pl, cs, ru, tr, fi, sv]"
