@@ -194,10 +194,10 @@ def test_extra_validation_selects_the_best_step_by_the_mean(tmp_path):
 
     # average_checkpoints.py (same run, to spare a second one): the mean of one checkpoint with itself validates as
     # that step did; the mean of two is their element-wise mean; inputs that do not match are refused
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file, save_file
 
     from training.average_checkpoints import main as average_main
-    from training.average_checkpoints import read_encoder_state, validation_errors
+    from training.average_checkpoints import read_encoder_state
 
     step20, step40 = out / "checkpoints" / "step-00000020", out / "checkpoints" / "step-00000040"
     assert average_main(["--run", str(out), "--inputs", str(step40), str(step40), "--output", str(out / "same"),
@@ -212,11 +212,8 @@ def test_extra_validation_selects_the_best_step_by_the_mean(tmp_path):
     assert set(mean) == set(a) and not torch.equal(a["lstm.weight_hh_l0"], b["lstm.weight_hh_l0"])
     for k in a:
         torch.testing.assert_close(mean[k], (a[k] + b[k]) / 2)
-    assert validation_errors(out, out / "mean")["valid_mean"] >= 0
     with pytest.raises(FileExistsError):
         average_main(["--run", str(out), "--inputs", str(step20), str(step40), "--output", str(out / "mean")])
-    from safetensors.torch import save_file
-
     save_file({**a, "lstm.weight_hh_l0": a["lstm.weight_hh_l0"][:, :4].contiguous()}, str(out / "narrow.safetensors"))
     with pytest.raises(ValueError, match="lstm.weight_hh_l0"):
         average_main(["--run", str(out), "--inputs", str(step20), str(out / "narrow.safetensors"),

@@ -73,6 +73,8 @@ def write_averaged(run: Path, inputs: list[Path], output: Path) -> Path:
     """Writes the mean of `inputs` as a `LaserModel` directory; the loaded model must use every tensor."""
     from hf_laser import LaserModel, LaserTokenizer
 
+    if output.exists():  # before any work: nothing is overwritten
+        raise FileExistsError(f"{output} exists; choose another --output (nothing is overwritten)")
     names = [str(p) for p in inputs]
     averaged = average_states([read_encoder_state(p) for p in inputs], names)
     template = template_dir(run)
@@ -82,8 +84,6 @@ def write_averaged(run: Path, inputs: list[Path], output: Path) -> Path:
         raise ValueError(f"the inputs' tensors do not match the run's encoder ({template}): "
                          f"{sorted(set(expected) ^ set(averaged))[:5]}")
     model.load_state_dict(averaged, strict=True)
-    if output.exists():
-        raise FileExistsError(f"{output} exists; choose another --output (nothing is overwritten)")
     tmp = output.with_name(output.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -107,7 +107,8 @@ def validation_errors(run: Path, model_dir: Path, device: str | None = None) -> 
         raise ValueError(f"{run}/metrics.jsonl has no validation row to take the languages and sets from")
     flores_langs = sorted(flores_errors(rows, validated[-1]))
     result = {}
-    flores = baseline_validation_errors(model_dir, resolve(vcfg["path"]), flores_langs + list(targets), targets,
+    langs = flores_langs + [t for t in targets if t not in flores_langs]  # as report.py: the targets are embedded too
+    flores = baseline_validation_errors(model_dir, resolve(vcfg["path"]), langs, targets,
                                         vcfg.get("max_sentences"), vcfg.get("pretokenized", False), None, device)
     flores = {lang: e for lang, e in flores.items() if lang in flores_langs}
     result["valid_error"] = sum(flores.values()) / len(flores)
