@@ -133,20 +133,23 @@ class BiLSTMEncoderMixin:
         if int(lengths.min()) == 0:
             raise ValueError("a sequence has no attended token; every LASER sentence ends with </s>")
 
-        if bool(mask.all()):
-            ids, order = input_ids, None
-        else:
+        padded = not bool(mask.all())
+        ids, order = input_ids, None
+        positions = torch.arange(seq_len, device=input_ids.device)[None, :]
+        if padded and not torch.equal(mask, positions < lengths[:, None]):
+            # Padding before or inside a sentence: move its tokens to the front (LaserEncoder's batches, padded on
+            # the right already, skip the reordering and its inverse).
             ids, order = right_align(input_ids, mask)
 
         x = self.dropout(self.embed_tokens(ids))
         with ieee_fp32_lstm(x, self.allow_tf32), cpu_autocast_lstm(x):
-            if order is None:
+            if not padded:
                 # No padding: the fused (cuDNN / oneDNN) kernel runs on the plain tensor, same result as packing.
                 out, _ = self.lstm(x)
             else:
                 packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
                 out, _ = self.lstm(packed)
-        if order is not None:
+        if padded:
             out, _ = pad_packed_sequence(
                 out, batch_first=True, padding_value=self.config.padding_value, total_length=seq_len
             )
@@ -154,8 +157,8 @@ class BiLSTMEncoderMixin:
 
         # The original masks by token id (`tokens == <pad>`), which also covers a literal <pad> inside a sentence.
         pool_mask = ids.eq(self.config.pad_token_id)
-        if order is not None:
-            pool_mask |= torch.arange(seq_len, device=ids.device)[None, :] >= lengths[:, None]
+        if padded:
+            pool_mask |= positions >= lengths[:, None]
         if bool(pool_mask.any()):
             pooled = out.float().masked_fill(pool_mask.unsqueeze(-1), float("-inf")).max(dim=1).values.to(out.dtype)
         else:
