@@ -415,6 +415,56 @@ def test_batch_schedule_token_budget_directions_and_determinism(tmp_path, small_
     assert batch["target_lang_ids"].tolist() == [0] * len(batches[0])
 
 
+def test_batch_schedule_corpus_weights_raise_a_share_without_copies_in_a_batch(tmp_path, small_tokenizer):
+    tokenizer, _ = small_tokenizer
+    rng = np.random.default_rng(2)
+    en = [" ".join(rng.choice(WORDS, size=rng.integers(1, 8))) for _ in range(660)]
+    for name, rows in (("news", en[:600]), ("conv", en[600:])):  # two corpora of the same direction xx-en
+        write(tmp_path / name / f"{name}.xx-en.en", rows)
+        write(tmp_path / name / f"{name}.xx-en.xx", [" ".join(cipher(w, 1) for w in r.split()) for r in rows])
+    corpora = [str(tmp_path / "news"), str(tmp_path / "conv")]
+    cfg = {"corpora": corpora, "source_languages": ["xx"], "target_languages": ["en"], "max_length": 30,
+           "cache_dir": str(tmp_path / "cache")}
+    data = prepare_training_data(cfg, tokenizer, log=lambda _: None)
+    conv = {i for i in range(len(data)) if data.stats["corpora"][data.corpus[i]]["corpus"].startswith(corpora[1])}
+    assert len(conv) == 60
+
+    def conv_share(batches):
+        return np.mean([b[0] in conv for b in batches])
+
+    plain = BatchSchedule(data, max_tokens=60, seed=1, sampling="temperature", temperature=1.0)
+    weighted = BatchSchedule(data, max_tokens=60, seed=1, sampling="temperature", temperature=1.0,
+                             corpus_weights={corpora[1]: 8})
+    batches = weighted.epoch(0)
+    for b in batches:  # one corpus per batch, never a pair twice in it (copies would be false negatives)
+        assert len({i in conv for i in b.tolist()}) == 1 and len(set(b.tolist())) == len(b)
+    with_weights, without = weighted.weighted_corpora_share()
+    assert with_weights == pytest.approx(8 * 60 / (8 * 60 + 600)) and without == pytest.approx(60 / 660)
+    assert conv_share(batches) > 2.5 * conv_share(plain.epoch(0))
+    assert abs(conv_share(batches) - with_weights) < 0.15
+    # a weight of 1 splits the units but keeps every share
+    same = BatchSchedule(data, max_tokens=60, sampling="temperature", temperature=1.0, corpus_weights={corpora[1]: 1})
+    assert same.weighted_corpora_share()[0] == pytest.approx(without)
+    with pytest.raises(ValueError, match="names no corpus"):
+        BatchSchedule(data, max_tokens=60, sampling="temperature", corpus_weights={"nowhere": 2})
+    with pytest.raises(ValueError, match="needs batching.sampling: temperature"):
+        BatchSchedule(data, max_tokens=60, corpus_weights={corpora[1]: 2})
+    with pytest.raises(ValueError, match="positive"):
+        BatchSchedule(data, max_tokens=60, sampling="temperature", corpus_weights={corpora[1]: 0})
+
+
+def test_corpus_weights_are_checked_before_any_data_is_read():
+    mini = REPO / "training" / "configs" / "laser-mini.yaml"
+    cfg = load_config(mini, ["batching.corpus_weights={data/tatoeba-split/train: 2}"])
+    assert cfg["batching"]["corpus_weights"] == {"data/tatoeba-split/train": 2}
+    with pytest.raises(ValueError, match=r"\['data/tatoeba'\] not among data.corpora"):
+        load_config(mini, ["batching.corpus_weights={data/tatoeba: 2}"])
+    with pytest.raises(ValueError, match="positive numbers"):
+        load_config(mini, ["batching.corpus_weights={data/tatoeba-split/train: -1}"])
+    with pytest.raises(ValueError, match="needs batching.sampling: temperature"):
+        load_config(mini, ["batching.corpus_weights={data/tatoeba-split/train: 2}", "batching.sampling=alternate"])
+
+
 # ---------------------------------------------------------------------------------------------- train.py
 def test_training_learns_the_cipher(cipher_run):
     out, log = cipher_run

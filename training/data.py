@@ -671,21 +671,70 @@ class BatchSchedule:
     shuffled order, each batch from the next direction that has batches left; `sampling="temperature"` draws the
     direction of every batch with probability proportional to `n_pairs ** (1 / temperature)` (upsampling small
     directions, whose batches repeat with a fresh shuffle), for the same number of batches per epoch.
+    `corpus_weights` (`{data.corpora entry: weight}`, temperature sampling only) changes a corpus's share without
+    repeating its pairs: batches then hold one direction *of one weighted corpus* (the unweighted ones pooled), and a
+    unit's probability is `(n_pairs * weight) ** (1 / temperature)`, as if the corpus were `weight` times bigger. Copies
+    of a pair in one batch would be each other's false negatives under the ranking loss; here they never meet.
     Process `rank` of `world` takes batches `rank, rank + world, ...`; each process gets the same count.
     """
 
     def __init__(self, data: ParallelData, max_tokens: int, *, max_sentences: int | None = None,
-                 sampling: str = "alternate", temperature: float = 1.0, seed: int = 0):
+                 sampling: str = "alternate", temperature: float = 1.0, seed: int = 0,
+                 corpus_weights: dict[str, float] | None = None):
         if sampling not in ("alternate", "temperature"):
             raise ValueError(f"batching.sampling must be 'alternate' or 'temperature', got {sampling!r}")
+        if corpus_weights and sampling != "temperature":
+            raise ValueError("batching.corpus_weights needs batching.sampling: temperature (alternate sampling "
+                             "takes every batch once and has no share to weight)")
         longest = int(max(data.src_lengths.max(), data.tgt_lengths.max()))
         if longest > max_tokens:
             raise ValueError(f"max_tokens={max_tokens} is below the longest kept sentence ({longest} tokens); "
                              "raise max_tokens or lower data.max_length")
         self.data, self.max_tokens, self.max_sentences = data, max_tokens, max_sentences
         self.sampling, self.temperature, self.seed = sampling, float(temperature), seed
-        self._by_direction = [np.flatnonzero(data.direction == d) for d in range(len(data.directions))]
+        self._units, self._weights, self._weighted = self._sampling_units(data, corpus_weights or {})
         self._cache: tuple[int, list[np.ndarray]] | None = None
+
+    @staticmethod
+    def _sampling_units(data: ParallelData, corpus_weights: dict[str, float]):
+        """Pair indices of each sampling unit (a direction, or a direction of one weighted corpus), its weight, and
+        whether it belongs to a weighted corpus."""
+        if not corpus_weights:
+            units = [np.flatnonzero(data.direction == d) for d in range(len(data.directions))]
+            return units, np.ones(len(units)), np.zeros(len(units), dtype=bool)
+        names = [c["corpus"] for c in data.stats["corpora"]]
+        group = np.zeros(len(names), dtype=np.int64)  # 0: the unweighted corpora; i + 1: weighted entry i
+        weights = [1.0]
+        for i, (entry, weight) in enumerate(corpus_weights.items()):
+            if not (isinstance(weight, (int, float)) and weight > 0):
+                raise ValueError(f"batching.corpus_weights[{entry!r}] must be a positive number, got {weight!r}")
+            # a folder entry expands into bitexts named `{entry}/{file prefix}.{a}-{b}` (resolve_corpora)
+            hit = [j for j, name in enumerate(names) if name == entry or name.startswith(f"{entry.rstrip('/')}/")]
+            if not hit:
+                raise ValueError(f"batching.corpus_weights: {entry!r} names no corpus of this run; the weights' keys "
+                                 "are data.corpora entries as written in the config")
+            group[hit] = i + 1
+            weights.append(float(weight))
+        pair_group = group[data.corpus]
+        units, unit_groups = [], []
+        for d in range(len(data.directions)):
+            in_direction = data.direction == d
+            for g in np.unique(pair_group[in_direction]).tolist():
+                units.append(np.flatnonzero(in_direction & (pair_group == g)))
+                unit_groups.append(g)
+        unit_groups = np.asarray(unit_groups)
+        return units, np.asarray(weights)[unit_groups], unit_groups > 0
+
+    def batch_shares(self, weighted: bool = True) -> np.ndarray:
+        """Expected share of each sampling unit in an epoch's batches under temperature sampling (`weighted=False`:
+        as it would be without `corpus_weights`)."""
+        sizes = np.array([len(i) for i in self._units], dtype=np.float64)
+        p = (sizes * self._weights if weighted else sizes) ** (1.0 / self.temperature)
+        return p / p.sum()
+
+    def weighted_corpora_share(self) -> tuple[float, float]:
+        """The weighted corpora's expected share of the batches: with their weights, and without."""
+        return float(self.batch_shares()[self._weighted].sum()), float(self.batch_shares(False)[self._weighted].sum())
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         """All batches of an epoch (indices into the pair arrays), in training order."""
@@ -694,7 +743,7 @@ class BatchSchedule:
         rng = np.random.default_rng([self.seed, epoch])
         src_len, tgt_len = self.data.src_lengths, self.data.tgt_lengths
         per_dir = []
-        for idx in self._by_direction:
+        for idx in self._units:
             batches = [idx[b] for b in token_budget_batches(src_len[idx], tgt_len[idx], self.max_tokens,
                                                             self.max_sentences, rng)]
             per_dir.append([batches[i] for i in rng.permutation(len(batches))])
@@ -707,9 +756,7 @@ class BatchSchedule:
                 order = [d for d in order if queues[d]]
                 out.extend(queues[d].pop() for d in order)
         else:
-            sizes = np.array([len(i) for i in self._by_direction], dtype=np.float64)
-            p = sizes ** (1.0 / self.temperature)
-            p /= p.sum()
+            p = self.batch_shares()
             position = [0] * len(per_dir)
             for d in rng.choice(len(per_dir), size=total, p=p).tolist():
                 if position[d] == len(per_dir[d]):

@@ -91,6 +91,8 @@ DEFAULTS = {
         "sampling": "alternate",         # "alternate" (paper) or "temperature"
         "temperature": 5.0,
         "num_workers": 1,                # DataLoader workers (collation only)
+        "corpus_weights": None,          # {data.corpora entry: weight}: its batches drawn as if it were that many
+                                         # times bigger, no pair repeated within a batch (temperature sampling)
     },
     "training": {
         "objective": "translation",      # "translation" (the paper's decoder), "ranking" (in-batch translation
@@ -214,7 +216,28 @@ def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
                          "training.objective: ranking")
     if cfg["data"]["max_length"] > cfg["batching"]["max_tokens"]:
         raise ValueError("data.max_length must not exceed batching.max_tokens")
+    check_corpus_weights(cfg)
     return cfg
+
+
+def check_corpus_weights(cfg: dict) -> None:
+    """`batching.corpus_weights` checked before any data is read: keys that are `data.corpora` entries, positive
+    weights, temperature sampling (the batch schedule checks the keys against the corpora found as well)."""
+    weights = cfg["batching"]["corpus_weights"]
+    if not weights:
+        return
+    if not isinstance(weights, dict):
+        raise ValueError(f"batching.corpus_weights must map data.corpora entries to weights, got {weights!r}")
+    if cfg["batching"]["sampling"] != "temperature":
+        raise ValueError("batching.corpus_weights needs batching.sampling: temperature")
+    entries = {e if isinstance(e, str) else e.get("name", e.get("path", e.get("dataset")))
+               for e in cfg["data"]["corpora"]}
+    unknown = sorted(set(weights) - {str(e) for e in entries})
+    if unknown:
+        raise ValueError(f"batching.corpus_weights: {unknown} not among data.corpora ({sorted(map(str, entries))})")
+    bad = {k: v for k, v in weights.items() if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)}
+    if bad:
+        raise ValueError(f"batching.corpus_weights must be positive numbers, got {bad}")
 
 
 def _flat(cfg: dict, prefix: str = "") -> dict:
@@ -481,7 +504,8 @@ def training_summary(cfg: dict, data, state: TrainState, exported: str) -> str:
         + (f"decoder {m['decoder_num_layers']}×{m['decoder_hidden_size']} LSTM; " if uses_decoder(tr["objective"])
            else "") + f"Adam lr {tr['learning_rate']} "
         f"({tr['lr_scheduler']}), {b['max_tokens']} tokens per process and micro-batch, "
-        f"{tr['gradient_accumulation_steps']} accumulation step(s), sampling {b['sampling']}, dropout {m['dropout']}, "
+        f"{tr['gradient_accumulation_steps']} accumulation step(s), sampling {b['sampling']}"
+        + (f" (corpus weights {b['corpus_weights']})" if b["corpus_weights"] else "") + f", dropout {m['dropout']}, "
         f"{state.step} updates ({state.epoch} full epochs). Exported encoder: {exported}."
     )
 
@@ -593,7 +617,12 @@ def main(argv=None) -> int:
                                  eps=tr["adam_eps"], weight_decay=tr["weight_decay"])
     world, rank, accum = accelerator.num_processes, accelerator.process_index, tr["gradient_accumulation_steps"]
     schedule = BatchSchedule(data, bcfg["max_tokens"], max_sentences=bcfg["max_sentences"],
-                             sampling=bcfg["sampling"], temperature=bcfg["temperature"], seed=cfg["seed"])
+                             sampling=bcfg["sampling"], temperature=bcfg["temperature"], seed=cfg["seed"],
+                             corpus_weights=bcfg["corpus_weights"])
+    if bcfg["corpus_weights"]:
+        weighted, unweighted = schedule.weighted_corpora_share()
+        log("corpus weights " + ", ".join(f"{k} x{v}" for k, v in bcfg["corpus_weights"].items())
+            + f": their share of the batches {unweighted:.1%} -> {weighted:.1%}")
     if schedule.steps_in_epoch(0, world, accum) == 0:
         raise ValueError(f"an epoch has fewer batches ({len(schedule.epoch(0))}) than processes × accumulation "
                          f"steps ({world} × {accum}); lower batching.max_tokens or add data")
