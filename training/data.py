@@ -664,6 +664,16 @@ def token_budget_batches(src_len: np.ndarray, tgt_len: np.ndarray, max_tokens: i
     return np.split(order, bounds)
 
 
+def check_corpus_weight_values(corpus_weights: dict) -> None:
+    """`batching.corpus_weights` must map corpus entries to positive numbers."""
+    if not isinstance(corpus_weights, dict):
+        raise ValueError(f"batching.corpus_weights must map data.corpora entries to weights, got {corpus_weights!r}")
+    bad = {k: v for k, v in corpus_weights.items()
+           if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)}
+    if bad:
+        raise ValueError(f"batching.corpus_weights must be positive numbers, got {bad}")
+
+
 class BatchSchedule:
     """The batches of every epoch, a pure function of `(seed, epoch)`: same order when a run is resumed.
 
@@ -702,12 +712,11 @@ class BatchSchedule:
         if not corpus_weights:
             units = [np.flatnonzero(data.direction == d) for d in range(len(data.directions))]
             return units, np.ones(len(units)), np.zeros(len(units), dtype=bool)
+        check_corpus_weight_values(corpus_weights)
         names = [c["corpus"] for c in data.stats["corpora"]]
         group = np.zeros(len(names), dtype=np.int64)  # 0: the unweighted corpora; i + 1: weighted entry i
         weights = [1.0]
         for i, (entry, weight) in enumerate(corpus_weights.items()):
-            if not (isinstance(weight, (int, float)) and weight > 0):
-                raise ValueError(f"batching.corpus_weights[{entry!r}] must be a positive number, got {weight!r}")
             # a folder entry expands into bitexts named `{entry}/{file prefix}.{a}-{b}` (resolve_corpora)
             hit = [j for j, name in enumerate(names) if name == entry or name.startswith(f"{entry.rstrip('/')}/")]
             if not hit:

@@ -46,6 +46,7 @@ from hf_laser.modeling_laser import LaserForPreTraining, LaserModel  # noqa: E40
 from hf_laser.tokenization_laser import LaserTokenizer  # noqa: E402
 from training.data import (  # noqa: E402
     BatchSchedule,
+    check_corpus_weight_values,
     ListSampler,
     PairBatches,
     _atomic_publish,
@@ -226,8 +227,7 @@ def check_corpus_weights(cfg: dict) -> None:
     weights = cfg["batching"]["corpus_weights"]
     if not weights:
         return
-    if not isinstance(weights, dict):
-        raise ValueError(f"batching.corpus_weights must map data.corpora entries to weights, got {weights!r}")
+    check_corpus_weight_values(weights)
     if cfg["batching"]["sampling"] != "temperature":
         raise ValueError("batching.corpus_weights needs batching.sampling: temperature")
     entries = {e if isinstance(e, str) else e.get("name", e.get("path", e.get("dataset")))
@@ -235,9 +235,6 @@ def check_corpus_weights(cfg: dict) -> None:
     unknown = sorted(set(weights) - {str(e) for e in entries})
     if unknown:
         raise ValueError(f"batching.corpus_weights: {unknown} not among data.corpora ({sorted(map(str, entries))})")
-    bad = {k: v for k, v in weights.items() if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)}
-    if bad:
-        raise ValueError(f"batching.corpus_weights must be positive numbers, got {bad}")
 
 
 def _flat(cfg: dict, prefix: str = "") -> dict:
