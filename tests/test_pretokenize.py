@@ -88,6 +88,31 @@ def test_pretokenized_corpora_give_the_raw_corpora_pairs(setup):
                                                                        for i in range(len(pv.tokens))]
 
 
+def test_pretokenized_bitexts_between_source_languages_are_kept_with_bitext_pairs_all(setup, tmp_path):
+    """With `data.bitext_pairs: all` a bitext of two source languages is trained on, so it is written too (without
+    the option only bitexts with a target language are)."""
+    root, tokenizer = setup
+    rng = np.random.default_rng(1)
+    en = [" ".join(rng.choice(WORDS, size=rng.integers(2, 7))) for _ in range(40)]
+    sides = {"fr": [" ".join(cipher(w, 1) for w in s.split()) for s in en],
+             "de": [" ".join(cipher(w, 2) for w in s.split()) for s in en]}
+    for lang, lines in sides.items():
+        write(tmp_path / "talks" / f"talk.de-fr.{lang}", lines)
+    cfg = {"data": {"corpora": [str(root / "bi"), str(tmp_path / "talks")], "source_languages": ["fr", "de"],
+                    "target_languages": ["en"], "bitext_pairs": "all", "max_length": 30,
+                    "cache_dir": str(tmp_path / "cache")},
+           "tokenizer": {"path": load_config(root / "pre" / "config.yaml")["tokenizer"]["path"]},
+           "training": {"max_steps": 10, "objective": "ranking"}}
+    (tmp_path / "raw.yaml").write_text(yaml.safe_dump(cfg))
+    assert pretokenize_main(["--config", str(tmp_path / "raw.yaml"), "--output-dir", str(tmp_path / "pre")]) == 0
+    assert sorted(p.name for p in (tmp_path / "pre" / "talks").iterdir()) == [
+        PRETOKENIZED_MANIFEST, "talk.de-fr.de", "talk.de-fr.fr"]
+    raw = prepare_training_data(load_config(tmp_path / "raw.yaml")["data"], tokenizer, log=lambda _: None)
+    pre = prepare_training_data(load_config(tmp_path / "pre" / "config.yaml")["data"], tokenizer, log=lambda _: None)
+    assert {("de", "fr"), ("fr", "de")} & set(pre.directions)
+    assert _pairs(pre) == _pairs(raw)
+
+
 def test_pretokenized_data_without_a_matching_manifest_is_refused(setup, tmp_path, tmp_path_factory):
     root, tokenizer = setup
     pre_cfg = load_config(root / "pre" / "config.yaml")

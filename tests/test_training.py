@@ -582,6 +582,51 @@ def test_time_budget_stops_cleanly_resumes_and_reports(cipher_setup, tmp_path):
     assert bad.returncode == 2 and "missing" in bad.stderr
 
 
+def test_time_schedule_decays_to_zero_at_the_budget_and_refuses_resume(cipher_setup, tmp_path):
+    """`lr_schedule_over: minutes`: warm-up by steps, then a linear decay that reaches 0 when `max_minutes` is
+    spent, whatever the machine's speed; such a run cannot be resumed (its decay depended on that speed)."""
+    from training.train import time_linear_schedule
+
+    param = torch.nn.Parameter(torch.zeros(1))
+    progress = [0.0]
+    optimizer = torch.optim.SGD([param], lr=2.0)
+    scheduler = time_linear_schedule(optimizer, 4, progress)
+    lrs = []
+    for share in (0.0, 0.0, 0.0, 0.0, 0.25, 0.5, 1.0, 1.5):
+        progress[0] = share
+        optimizer.step()
+        scheduler.step()
+        lrs.append(scheduler.get_last_lr()[0])
+    assert lrs == pytest.approx([0.5, 1.0, 1.5, 2.0, 1.5, 1.0, 0.0, 0.0])
+
+    _, config = cipher_setup
+    out = tmp_path / "time-schedule"
+    log = run_train(config, out, "--set", "training.max_steps=null", "--set", "training.max_minutes=0.2",
+                    "--set", "training.lr_scheduler=linear", "--set", "training.lr_schedule_over=minutes",
+                    "--set", "training.warmup_steps=3", "--set", "training.log_every=1",
+                    "--set", "training.eval_every=1000000")
+    assert "training.max_minutes (0.2) reached" in log
+    logged = [(r["step"], r["lr"]) for r in metrics(out) if "lr" in r]
+    assert [lr for _, lr in logged[:3]] == pytest.approx([0.01 / 3, 0.02 / 3, 0.01], rel=0.15)
+    decay = [lr for step, lr in logged if step > 3]
+    assert len(decay) > 3 and all(b <= a for a, b in zip(decay, decay[1:]))  # no step back up
+    assert decay[-1] < 0.25 * 0.01  # close to 0 at the budget (a step or two of lag)
+    resumed = subprocess.run([sys.executable, str(REPO / "training" / "train.py"), "--config", str(config),
+                              "--output-dir", str(out), "--resume", "--set", "training.max_steps=null",
+                              "--set", "training.max_minutes=0.1", "--set", "training.lr_scheduler=linear",
+                              "--set", "training.lr_schedule_over=minutes"],
+                             capture_output=True, text=True, cwd=REPO,
+                             env=dict(os.environ, CUDA_VISIBLE_DEVICES="",
+                                      PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)])))
+    assert resumed.returncode == 2 and "schedule over minutes cannot be continued" in resumed.stderr
+    with pytest.raises(ValueError, match="lr_schedule_over: minutes needs"):
+        load_config(config, ["training.lr_schedule_over=minutes", "training.max_minutes=5"])  # constant scheduler
+    with pytest.raises(ValueError, match="lr_schedule_over: minutes needs"):
+        load_config(config, ["training.lr_schedule_over=minutes", "training.lr_scheduler=linear"])  # no budget
+    with pytest.raises(ValueError, match="lr_schedule_over must be"):
+        load_config(config, ["training.lr_schedule_over=hours"])
+
+
 def test_shipped_configs_load_and_overrides_are_checked():
     paper = load_config(REPO / "training" / "configs" / "paper.yaml")
     assert paper["model"]["num_layers"] == 5 and paper["data"]["target_languages"] == ["en", "es"]

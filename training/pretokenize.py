@@ -120,6 +120,8 @@ def pretokenize(cfg: dict, tokenizer_dir: str, work: Path, final: Path, num_proc
     sources = None if sources in (None, "all") else set(sources)
     targets = set(data["target_languages"])
 
+    all_pairs = data.get("bitext_pairs") == "all"  # bitexts of two source languages are trained on too
+
     def used(lang):
         return sources is None or lang in sources or lang in targets
 
@@ -139,7 +141,7 @@ def pretokenize(cfg: dict, tokenizer_dir: str, work: Path, final: Path, num_proc
         for corpus in corpora:
             langs = list(corpus.files)
             if corpus.kind == "bitext":
-                if any(used(a) and b in targets and a != b for a in langs for b in langs):
+                if any(used(a) and (b in targets or all_pairs and used(b)) and a != b for a in langs for b in langs):
                     files.update({(lang, p.name): p for lang, p in corpus.files.items()})
             else:
                 files.update({(lang, p.name): p for lang, p in corpus.files.items() if used(lang)})

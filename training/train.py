@@ -113,6 +113,8 @@ DEFAULTS = {
                                          # its units are kept as they are and new ones added (widen_encoder_state)
         "learning_rate": 1.0e-3,
         "lr_scheduler": "constant",      # any transformers scheduler name: constant, linear, cosine, inverse_sqrt ...
+        "lr_schedule_over": "steps",     # "minutes": a linear schedule whose decay ends at max_minutes (for a fixed
+                                         # time on hardware of unknown speed; one launch, no --resume)
         "warmup_steps": 0,
         "adam_betas": [0.9, 0.98],
         "adam_eps": 1.0e-8,
@@ -204,6 +206,11 @@ def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
     if tr["max_minutes"] is not None and not tr["max_minutes"] > 0:
         raise ValueError(f"training.max_minutes must be positive, got {tr['max_minutes']!r}")
     check_objective(tr["objective"])
+    if tr["lr_schedule_over"] not in ("steps", "minutes"):
+        raise ValueError(f"training.lr_schedule_over must be 'steps' or 'minutes', got {tr['lr_schedule_over']!r}")
+    if tr["lr_schedule_over"] == "minutes" and (tr["lr_scheduler"] != "linear" or not tr["max_minutes"]):
+        raise ValueError("training.lr_schedule_over: minutes needs lr_scheduler: linear and training.max_minutes "
+                         f"(got {tr['lr_scheduler']!r} and {tr['max_minutes']!r})")
     if tr["final_model"] not in ("best", "last"):
         raise ValueError(f"training.final_model must be 'best' or 'last', got {tr['final_model']!r}")
     if tr["best_metric"] not in BEST_METRICS:
@@ -567,6 +574,11 @@ def main(argv=None) -> int:
         print(f"train.py: error: {out} already has checkpoints ({found[-1].name}); pass --resume to continue that run "
               "or use a new --output-dir", file=sys.stderr)
         raise SystemExit(2)
+    if found and tr["lr_schedule_over"] == "minutes":
+        print(f"train.py: error: {out} has checkpoints, and a schedule over minutes cannot be continued (its decay "
+              "depended on this machine's speed); resume with training.lr_schedule_over=steps and max_steps set, or "
+              "use a new --output-dir", file=sys.stderr)
+        raise SystemExit(2)
     saved_cfg = out / "config.yaml"
     if args.resume and saved_cfg.is_file():
         previous = yaml.safe_load(saved_cfg.read_text())
@@ -626,11 +638,15 @@ def main(argv=None) -> int:
     max_steps = tr["max_steps"] or math.inf
     if tr["num_epochs"]:
         max_steps = min(max_steps, sum(schedule.steps_in_epoch(e, world, accum) for e in range(tr["num_epochs"])))
-    if max_steps == math.inf and tr["lr_scheduler"] not in ("constant", "constant_with_warmup"):
-        raise ValueError(f"lr_scheduler {tr['lr_scheduler']!r} needs a known length: set training.max_steps or "
-                         "training.num_epochs (training.max_minutes alone only suits a constant schedule)")
-    scheduler = get_scheduler(tr["lr_scheduler"], optimizer, num_warmup_steps=tr["warmup_steps"],
-                              num_training_steps=max_steps)
+    time_progress = [0.0]  # of the time schedule: the share of the training time spent, the same on every process
+    if tr["lr_schedule_over"] == "minutes":
+        scheduler = time_linear_schedule(optimizer, tr["warmup_steps"], time_progress)
+    else:
+        if max_steps == math.inf and tr["lr_scheduler"] not in ("constant", "constant_with_warmup"):
+            raise ValueError(f"lr_scheduler {tr['lr_scheduler']!r} needs a known length: set training.max_steps, "
+                             "training.num_epochs or training.lr_schedule_over: minutes")
+        scheduler = get_scheduler(tr["lr_scheduler"], optimizer, num_warmup_steps=tr["warmup_steps"],
+                                  num_training_steps=max_steps)
     model, optimizer = accelerator.prepare(model, optimizer)
     state = TrainState()
     accelerator.register_for_checkpointing(scheduler, state)
@@ -714,14 +730,19 @@ def main(argv=None) -> int:
     dataset = PairBatches(data, targets, pad_token_id=model_config.pad_token_id)
     # the budget counts from the launch (data preparation included), like a cluster's time limit
     deadline = launched_at + 60 * tr["max_minutes"] if tr["max_minutes"] else None
+    training_from = time.monotonic()
 
     def out_of_time() -> bool:
-        # decided together, so that every process stops after the same step; only at logging steps, which
-        # synchronise anyway, so that the check adds no device sync to other steps
+        # decided together, so that every process stops after the same step (and the time schedule's learning rate
+        # is the same on all); only at logging steps, which synchronise anyway, so that no other step waits
         if deadline is None or state.step % tr["log_every"]:
             return False
-        late = torch.tensor([float(time.monotonic() > deadline)], device=device)
-        return bool(accelerator.reduce(late, reduction="sum").item() > 0)
+        now = time.monotonic()
+        clock = torch.tensor([float(now > deadline), (now - training_from) / max(deadline - training_from, 1e-9)],
+                             device=device)
+        late, progress_share = accelerator.reduce(clock, reduction="max").tolist()  # the slowest process decides
+        time_progress[0] = min(progress_share, 1.0)
+        return late > 0
 
     stopped = False
     while state.step < max_steps and not stopped:
@@ -795,6 +816,14 @@ def main(argv=None) -> int:
         export_final(accelerator, model, tokenizer, cfg, data, state, out, last_valid, log)
     accelerator.end_training()
     return 0
+
+
+def time_linear_schedule(optimizer, warmup_steps: int, progress: list[float]):
+    """Linear warm-up over `warmup_steps` steps, then a linear decay to 0 over time: the factor is
+    `1 - progress[0]`, the share of the launch's training time spent (updated by the loop at logging steps)."""
+    def factor(step: int) -> float:
+        return min(1.0, step / warmup_steps if warmup_steps else 1.0) * max(0.0, 1.0 - progress[0])
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def _fmt(row: dict) -> str:
