@@ -20,7 +20,7 @@ setup() {  # on the device: the carried wheels, hf_laser from the tree, the data
   fi
   export PYTHONPATH="$PWD/src:$PWD:/tmp/site" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
   mkdir -p "$STATE"
-  [ -d _carry/pretok ] || { [ -f _carry/train.tar.xz ] && tar -xJf _carry/train.tar.xz -C _carry; }
+  if [ ! -d _carry/pretok ] && [ -f _carry/train.tar.xz ]; then tar -xJf _carry/train.tar.xz -C _carry; fi
   python3 - <<'EOF'
 import torch, transformers, accelerate, datasets, hf_laser
 print(f"torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}), "
@@ -50,10 +50,10 @@ pack)  # here, not on the device
   ;;
 train)  # one call: the training in the foreground (GPU_SESSION_MINUTES from its launch), then the fp16 export
   setup
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
   set +e   # the log comes back through $OUT whatever happens
   accelerate launch --config_file "${ACCELERATE_CONFIG:-training/accelerate_configs/1gpu.yaml}" training/train.py \
-    --config _carry/pretok/config.yaml --output-dir "$RUN" --set training.max_minutes="$MINUTES" \
+    --config "${GPU_SESSION_CONFIG:-_carry/pretok/config.yaml}" --output-dir "$RUN" --set training.max_minutes="$MINUTES" \
     ${GPU_SESSION_SET:-} 2>&1 | tr '\r' '\n' | grep --line-buffered -v "it/s]$\|s/it]$" | tee "$OUT/train.log"
   set -e
   cp "$RUN/metrics.jsonl" "$OUT/" 2>/dev/null || true

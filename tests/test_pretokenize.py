@@ -144,3 +144,17 @@ def test_pretokenized_data_needs_the_tokenizer_it_was_written_with(setup, tmp_pa
     cfg["tokenizer"]["path"] = None
     with pytest.raises(ValueError, match="needs tokenizer.path"):
         get_tokenizer(cfg, tmp_path, print)
+
+
+def test_small_and_large_files_give_the_same_bpe(setup, monkeypatch):
+    """A file under SMALL_FILE_LINES is processed in this process; a larger one in workers: the same lines."""
+    import training.pretokenize as pretokenize
+
+    _, tokenizer = setup
+    rng = np.random.default_rng(2)
+    lines = [" ".join(cipher(w, 1) for w in rng.choice(WORDS, size=rng.integers(1, 8))) for _ in range(2500)]
+    lines[10] = ""
+    here = pretokenize.bpe_lines(lines, "fr", tokenizer, num_proc=2)
+    monkeypatch.setattr(pretokenize, "SMALL_FILE_LINES", 0)
+    workers = pretokenize.bpe_lines(lines, "fr", tokenizer, num_proc=2)
+    assert here == workers and here[10] == "" and all(here[i] for i in range(len(lines)) if i != 10)

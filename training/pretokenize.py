@@ -48,6 +48,7 @@ from training.data import (  # noqa: E402
 from training.train import REPO, load_config  # noqa: E402
 
 CHECK_LINES = 200  # per file: the ids of the written tokens must equal the full tokenizer's
+SMALL_FILE_LINES = 20_000  # files with fewer lines are processed in this process, without workers
 
 
 def _bpe_batch(batch: dict, tokenizer, lang: str) -> dict:
@@ -62,6 +63,10 @@ def bpe_lines(lines: list[str], lang: str, tokenizer, num_proc: int) -> list[str
     keep = [i for i, line in enumerate(lines) if line.strip()]
     out = [""] * len(lines)
     if not keep:
+        return out
+    if len(keep) < SMALL_FILE_LINES:  # here: starting workers would cost more than the file (Tatoeba has 1,650)
+        for i, bpe in zip(keep, tokenizer.pipeline.process([lines[i] for i in keep], lang, stage="bpe")):
+            out[i] = bpe
         return out
     ds = datasets.Dataset.from_dict({"text": [lines[i] for i in keep]})
     procs = max(1, min(num_proc, len(keep) // 1000 or 1))
