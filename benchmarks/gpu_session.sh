@@ -4,7 +4,9 @@
 # training/README.md, "The GPU run"):
 #   bash benchmarks/gpu_session.sh pack       # _carry/train.tar.xz (pretokenized corpora), .whl/ (the packages the
 #                                             # device image lacks); PACK_BENCH=1 adds _carry/bench.tar.xz
-# Then on the device, each a `run` call naming the carried paths [_carry, .whl]:
+# The archive is ~60 MB: move src/hf_laser/models/laser-mini/model.safetensors (24 MB; the run needs only that
+# folder's tokenizer) out of the working tree during the call, so that it does not travel. Then on the device, each a
+# `run` call naming the carried paths [_carry, .whl]:
 #   bash benchmarks/gpu_session.sh train      (setup, training for GPU_SESSION_MINUTES, fp16 export in parts to $OUT)
 #   bash benchmarks/gpu_session.sh bench      (train/embed/LSTM throughput to $OUT; needs PACK_BENCH=1)
 # and here: bash benchmarks/gpu_session.sh unpack DIR (the files_at of the call), then training/report.py.
@@ -40,8 +42,9 @@ pack)  # here, not on the device
       shared/data/parallel/train/libreoffice | xz -T2 -9 > _carry/bench.tar.xz
   fi
   mkdir -p .whl
-  # what hf_laser and training/ import that the device image lacks, at the versions of this venv
-  for w in datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 transliterate==1.10.2 py3langid==0.4.0 filelock==4.3.1; do
+  # what hf_laser and training/ import that the device image lacks, at the versions of this venv (not py3langid,
+  # 4.6 MB, only for lang="auto": the 64 MiB carried per call are the working tree + archive + wheels)
+  for w in datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 transliterate==1.10.2 filelock==4.3.1; do
     $python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl "$w"
   done
