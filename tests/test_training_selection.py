@@ -272,5 +272,23 @@ def test_model_card_names_every_stage_of_a_continued_run(tmp_path):
 
     md = "# title\n\nTatoeba; baseline: `/root/runs/old-model`:\n| a |"
     assert report_tables(md, {"baseline": "/root/runs/old-model"}) == "Tatoeba; baseline: `old-model`:\n| a |"
+    # the shipped directory as the baseline: once exported it holds the new model, so the card says "before"
+    from training.export_default_model import baseline_text
+
+    md = f"# title\n\nTatoeba; baseline: `{shipped}`:\n| a |"
+    assert report_tables(md, {"baseline": shipped}) == (
+        f"Tatoeba; baseline: `{DEST.name}, shipped before this model`:\n| a |")
+    assert baseline_text({"baseline": shipped, "start": shipped}).endswith(
+        f'(`{DEST.name}, shipped before this model`) (the same encoder as "start")')
+    assert "same encoder" not in baseline_text({"baseline": shipped, "start": "runs/x/final"})
+    # a stage that widened the encoder says so, whichever stage it is (here the second of three)
+    (tmp_path / "stage3.yaml").write_text(yaml.safe_dump({"base": "stage2.yaml",
+                                                          "training": {"init_from": "m", "init_widen": True},
+                                                          "model": {"num_layers": 1, "hidden_size": 512}}))
+    (tmp_path / "stage4.yaml").write_text(yaml.safe_dump({"base": "stage3.yaml", "training": {"init_from": "m"}}))
+    text = recipe_text({"training": {"init_from": "runs/x/final"}, "model": {"num_layers": 1, "hidden_size": 512}},
+                       str(tmp_path / "stage4.yaml"))
+    assert text.count("widened") == 1 and text.index("stage3.yaml") < text.index("widened from 1×256 to 1×512") \
+        < text.index("stage4.yaml")
     assert step0_text({"start": "runs/x/final"}) == (
         '"start" is the encoder this run continued (`runs/x/final`) at step 0')

@@ -188,23 +188,26 @@ def recipe_text(cfg: dict, recipe: str, dest: Path = DEST) -> str:
         stages.insert(0, (path, load_config(path)))
         if not stages[0][1]["training"].get("init_from"):
             break
+    def widened(before: dict, now: dict, training: dict) -> str:  # the stage that widened the encoder says so
+        if not training.get("init_widen") or now.get("hidden_size") == before.get("hidden_size"):
+            return ""
+        return (f", widened from {before['num_layers']}×{before['hidden_size']} to {now['num_layers']}×"
+                f"{now['hidden_size']} units (`training.init_widen`: the encoder's units kept as they were, new "
+                "ones added near 0)")
+
     parts = []
     for k, (path, stage) in enumerate(stages):
         st = stage["training"]
         launch = (f" (`{LAUNCH} --config {name(path)} --output-dir {run_dir_of(name(path))}`)" if k == 0
-                  else ", from that encoder")
+                  else ", from that encoder" + widened(stages[k - 1][1]["model"], stage["model"], st))
         parts.append(f"{'First' if k == 0 else 'Then'} `{name(path)}`{launch}: directions sampled with temperature "
                      f"{stage['batching']['temperature']}, Adam lr {st['learning_rate']} ({st['lr_scheduler']} decay "
                      f"over {st['max_steps']:,} steps).")
     count = STAGE_COUNT.get(len(stages) + 1, str(len(stages) + 1))
     before = stages[-1][1]["model"]
-    now = cfg.get("model", before)
-    widened = (f", widened from {before['num_layers']}×{before['hidden_size']} to {now['num_layers']}×"
-               f"{now['hidden_size']} units (`training.init_widen`: the encoder's units kept as they were, new ones "
-               "added near 0)" if now.get("hidden_size") != before.get("hidden_size") else "")
     return (f"Trained in {count} stages. " + " ".join(parts) + f" Then `{recipe}`, this run, from that encoder "
-            f"(`training.init_from`; this run's: {start_text(cfg['training']['init_from'], dest)}){widened} with "
-            "the same tokenizer and data: ")
+            f"(`training.init_from`; this run's: {start_text(cfg['training']['init_from'], dest)})"
+            f"{widened(before, cfg.get('model', before), cfg['training'])} with the same tokenizer and data: ")
 
 
 def start_text(init_from: str, dest: Path = DEST) -> str:
@@ -223,18 +226,30 @@ def step0_text(report: dict, dest: Path = DEST) -> str:
     return '"untrained" is the same architecture at step 0'
 
 
-def baseline_text(report: dict) -> str:
+def _is_dest(path: str, dest: Path) -> bool:
+    path = Path(path)
+    return (path if path.is_absolute() else REPO / path).resolve() == Path(dest).resolve()
+
+
+def baseline_name(baseline: str, dest: Path = DEST) -> str:
+    """A `--baseline` as the card names it: by its folder (the reader's machine does not have the path), and the
+    shipped directory, which holds the new model once exported, as the model shipped before."""
+    return f"{Path(baseline).name}, shipped before this model" if _is_dest(baseline, dest) else Path(baseline).name
+
+
+def baseline_text(report: dict, dest: Path = DEST) -> str:
     if report.get("baseline"):
-        return f'"baseline" the model passed to `--baseline` (`{Path(report["baseline"]).name}`)'
+        same = " (the same encoder as \"start\")" if report.get("start") and _is_dest(report["start"], dest) \
+            and _is_dest(report["baseline"], dest) else ""
+        return f'"baseline" the model passed to `--baseline` (`{baseline_name(report["baseline"], dest)}`){same}'
     return '"baseline" (where present) the model passed to `--baseline`'
 
 
-def report_tables(report_md: str, report: dict) -> str:
-    """report.md without its title, for the card: a `--baseline` given as a local path is named by its folder
-    only (the reader's machine does not have that path)."""
+def report_tables(report_md: str, report: dict, dest: Path = DEST) -> str:
+    """report.md without its title, for the card, with a local `--baseline` path named by `baseline_name`."""
     tables = report_md.split("\n", 2)[2]
     if report.get("baseline"):
-        tables = tables.replace(f"`{report['baseline']}`", f"`{Path(report['baseline']).name}`")
+        tables = tables.replace(f"`{report['baseline']}`", f"`{baseline_name(report['baseline'], dest)}`")
     return tables
 
 
@@ -347,13 +362,13 @@ mean Tatoeba error over {', '.join(FOCUS)} {cost['focus_tatoeba_mean']['float32'
 
 Produced by `python training/report.py --run {run_dir_of(recipe)} --tatoeba-langs all
 --bucc-dir ../shared/data/mining{" --curve" if report.get("curve") else ""} --plot [--baseline PREVIOUS_MODEL]`; {step0_text(report, dest)},
-{baseline_text(report)}. Error = nearest-neighbour search by cosine,
+{baseline_text(report, dest)}. Error = nearest-neighbour search by cosine,
 in %, lower is better. Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the
 Tatoeba table: the model is useless for them. Why, as far as the data and the tokenizer tell
 (`export_default_model.useless_diagnosis`):
 
 {diagnosis_markdown(diagnosis)}
-{report_tables(report_md, report)}
+{report_tables(report_md, report, dest)}
 ![Tatoeba error per language](tatoeba.png)
 
 ## Citation
