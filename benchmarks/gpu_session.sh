@@ -56,17 +56,19 @@ train)  # one call: the training in the foreground (GPU_SESSION_MINUTES from its
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
   set +e   # the log comes back through $OUT whatever happens
   accelerate launch --config_file "${ACCELERATE_CONFIG:-training/accelerate_configs/1gpu.yaml}" training/train.py \
-    --config "${GPU_SESSION_CONFIG:-_carry/pretok/config.yaml}" --output-dir "$RUN" --set training.max_minutes="$MINUTES" \
-    ${GPU_SESSION_SET:-} 2>&1 | tr '\r' '\n' | grep --line-buffered -v "it/s]$\|s/it]$" | tee "$OUT/train.log"
+    --config "${GPU_SESSION_CONFIG:-_carry/pretok/config.yaml}" --output-dir "$RUN" \
+    --set training.max_minutes="$MINUTES" \
+    ${GPU_SESSION_SET:-} 2>&1 | tr '\r' '\n' \
+    | grep --line-buffered -v -E "(it/s|s/it|examples/s)[^]]*\]$" | tee "$OUT/train.log"   # no progress bars
   set -e
   cp "$RUN/metrics.jsonl" "$OUT/" 2>/dev/null || true
   python3 - "$RUN" <<'EOF'
 import shutil, sys, tarfile, pathlib
 from hf_laser import LaserModel
 run = pathlib.Path(sys.argv[1])
-for name in ("final",):   # fp16, what would be shipped
-    shutil.copytree(run / name, run / f"{name}-fp16", ignore=shutil.ignore_patterns("model*.safetensors*"))
-    LaserModel.from_pretrained(run / name).half().save_pretrained(run / f"{name}-fp16")
+# fp16, what would be shipped
+shutil.copytree(run / "final", run / "final-fp16", ignore=shutil.ignore_patterns("model*.safetensors*"))
+LaserModel.from_pretrained(run / "final").half().save_pretrained(run / "final-fp16")
 with tarfile.open(run / "final.tar", "w") as tar:
     tar.add(run / "final-fp16", arcname="laser-base/final")
     for meta in ("config.yaml", "metrics.jsonl", "data_stats.json"):

@@ -809,7 +809,8 @@ def main(argv=None) -> int:
     progress.close()
     if stopped:
         log(f"stopped at step {state.step}: training.max_minutes ({tr['max_minutes']}) reached; the checkpoint of "
-            "this step is saved, --resume continues from it")
+            "this step is saved, " + ("--resume continues from it" if tr["lr_schedule_over"] == "steps" else
+                                      "the schedule over minutes has ended (a run of it cannot be resumed)"))
 
     accelerator.wait_for_everyone()
     if is_main:
