@@ -292,3 +292,34 @@ def test_model_card_names_every_stage_of_a_continued_run(tmp_path):
         < text.index("stage4.yaml")
     assert step0_text({"start": "runs/x/final"}) == (
         '"start" is the encoder this run continued (`runs/x/final`) at step 0')
+
+
+def test_learn_bpe_reads_the_config_as_train_does(tmp_path, tatoeba_folder, capsys):
+    """learn_bpe.py --config reads `base` configs and train.py's --set overrides: a BPE learned without one of the
+    corpora (the lever "a BPE learned with the Tatoeba text included") has none of its characters."""
+    from training.learn_bpe import main as learn_bpe_main
+
+    src, *_ = tatoeba_folder
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "en.txt").write_text("".join(f"word {i}\n" for i in range(50)), encoding="utf-8")
+    (other / "qq.txt").write_text("".join(f"ŋaŋ ŋoŋ {i}\n" for i in range(50)), encoding="utf-8")
+    base = {"data": {"corpora": [str(src), str(other)], "target_languages": ["en"]},
+            "tokenizer": {"bpe_merges": 40}, "training": {"max_steps": 1}}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    (tmp_path / "child.yaml").write_text("base: base.yaml\ntokenizer:\n  bpe_merges: 30\n")
+
+    def learned(out: str, *args: str) -> tuple[list[str], int]:
+        learn_bpe_main(["--config", str(tmp_path / "child.yaml"), *args, "--output-dir", str(tmp_path / out)])
+        vocab = json.loads((tmp_path / out / "vocab.json").read_text(encoding="utf-8"))
+        codes = (tmp_path / out / "bpe.fcodes").read_text(encoding="utf-8").splitlines()
+        return list(vocab), len(codes)
+
+    every, merges = learned("every")
+    assert merges == 30  # the child's merges over its base's
+    assert any("ŋ" in token for token in every)
+    without, _ = learned("without", "--set", f"data.corpora=[{src}]")
+    assert not any("ŋ" in token for token in without) and any("de" in token for token in without)
+    with pytest.raises(SystemExit):
+        learn_bpe_main(["--input", f"en:{other / 'en.txt'}", "--set", "seed=2", "--output-dir", str(tmp_path / "x")])
+    assert "--set needs --config" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """Learns a joint BPE on the training text, in fastBPE format, and builds the `LaserTokenizer` that applies it.
 
     python training/learn_bpe.py --config training/configs/tiny-cpu.yaml --output-dir bpe-dir [--merges 50000]
+    python training/learn_bpe.py --config training/configs/laser-mini.yaml --set 'data.corpora=[...]' --output-dir bpe-dir
     python training/learn_bpe.py --input en:corpus.en --input de:corpus.de.gz --output-dir bpe-dir
 
 The text is that of the training pairs of the config (every language on either side, each distinct line once), or of
@@ -231,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     src.add_argument("--config", help="training config (YAML): learn on the text of its training pairs")
     src.add_argument("--input", action="append", metavar="LANG:FILE",
                      help="a text file (plain or .gz) and its language; repeat for more")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of --config, as train.py's --set (e.g. data.corpora=[a, b])")
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--merges", type=int, default=None, help="number of merges (default: config's, else 50000)")
     parser.add_argument("--alpha", type=float, default=None, help="language balancing exponent (default 0.5)")
@@ -240,12 +243,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repo = Path(__file__).resolve().parents[1]
     bpe_cfg, seed = {}, 0
+    if args.set and not args.config:
+        parser.error("--set needs --config")
     if args.config:
-        import yaml
+        from training.train import load_config
 
-        cfg = yaml.safe_load(Path(args.config).read_text())
-        bpe_cfg = cfg.get("tokenizer") or {}
-        seed = cfg.get("seed", 1)  # train.py's default seed, so that both learn the same BPE from one config
+        # train.py's reading of the config (its `base` configs, defaults and --set), so that both learn the same
+        # BPE from one config
+        cfg = load_config(args.config, args.set)
+        bpe_cfg, seed = cfg["tokenizer"], cfg["seed"]
         lines = training_text(cfg["data"], base_dir=repo)
     else:
         from training.data import read_text_lines
