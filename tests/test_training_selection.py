@@ -294,6 +294,36 @@ def test_model_card_names_every_stage_of_a_continued_run(tmp_path):
         '"start" is the encoder this run continued (`runs/x/final`) at step 0')
 
 
+def test_export_refuses_a_recipe_that_is_not_the_runs_config(tmp_path, capsys):
+    """The card names --recipe as the run's config: a recipe that differs from the run's config.yaml in what the run
+    learned (not in where it started from) stops the export before anything is written."""
+    from training.export_default_model import main as export_main, recipe_differences
+    from training.train import load_config
+
+    (tmp_path / "stage1.yaml").write_text(yaml.safe_dump({"data": {"corpora": ["x"]}, "training": {"max_steps": 10}}))
+    recipe = tmp_path / "stage2.yaml"
+    recipe.write_text(yaml.safe_dump({"base": "stage1.yaml", "batching": {"max_tokens": 24000},
+                                      "training": {"init_from": "runs/stage1/final"}}))
+    ran = load_config(recipe, ["training.init_from=src/hf_laser/models/laser-mini", "tokenizer.path=elsewhere",
+                               "data.num_proc=8"])
+    assert recipe_differences(ran, str(recipe)) == []  # another copy of the start, more processes: the same recipe
+    del ran["batching"]["corpus_weights"]  # a run older than a setting ran with its default
+    assert recipe_differences(ran, str(recipe)) == []
+    ran["batching"]["max_tokens"] = 12000
+    ran["training"]["ranking_margin"] = 0.3
+    assert recipe_differences(ran, str(recipe)) == [
+        "batching.max_tokens: recipe 24000, run 12000", "training.ranking_margin: recipe 0.0, run 0.3"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(ran))
+    (run / "report.json").write_text("{}")
+    (run / "tatoeba.png").write_bytes(b"")
+    with pytest.raises(SystemExit):
+        export_main(["--run", str(run), "--recipe", str(recipe), "--dest", str(tmp_path / "dest"), "--repo-card", ""])
+    assert "batching.max_tokens: recipe 24000, run 12000" in capsys.readouterr().err
+    assert not (tmp_path / "dest").exists()
+
+
 def test_learn_bpe_reads_the_config_as_train_does(tmp_path, tatoeba_folder, capsys):
     """learn_bpe.py --config reads `base` configs and train.py's --set overrides: a BPE learned without one of the
     corpora (the lever "a BPE learned with the Tatoeba text included") has none of its characters."""
