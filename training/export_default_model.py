@@ -415,7 +415,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="the --output-dir of train.py, with report.json (report.py)")
     parser.add_argument("--recipe", default="training/configs/laser-mini.yaml",
-                        help="the config the run was launched with, as the card names it (default: %(default)s)")
+                        help="the config the run was launched with, as the card names it; checked against the run's "
+                             "config.yaml, its start (training.init_from, tokenizer.path) aside (default: %(default)s)")
     parser.add_argument("--dest", default=str(DEST), help=f"default: {DEST.relative_to(REPO)}")
     parser.add_argument("--repo-card", default=str(REPO / "model_card.md"), help="copy of the card ('' for none)")
     args = parser.parse_args(argv)
