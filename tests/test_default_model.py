@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 PAIRS = ["fr", "de", "es", "ru"]
 README_LANGS = ["en", *PAIRS]
-MIN_MARGIN = 0.15  # cosine; the shipped model's smallest is 0.30 (see the test)
-MAX_HELD_OUT_ERROR = 20.0  # %, every language and direction; the shipped model's largest is 14.0 (see the test)
+MIN_MARGIN = 0.15  # cosine; the shipped model's smallest is 0.28 (see the test)
+MAX_HELD_OUT_ERROR = 15.0  # %, every language and direction; the shipped model's largest is 10.8 (see the test)
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -79,8 +79,9 @@ def test_readme_examples_find_their_translation_in_every_pair(example_embeddings
     """Every example sentence of the README's five languages finds its translation among the 8 sentences of each
     other language, both ways, and is closer to it than to any other sentence by a clear cosine margin.
 
-    Measured for the model shipped since 2026-11-25: 160 / 160 found, smallest margin 0.30 (de-ru; 0.31–0.49 in the others); the
-    model shipped before it found 120 / 160 (fr-ru 5 / 4, es-ru 4 / 3) and had a negative margin in 8 of the 10
+    Measured for the model shipped 2026-11-27 (second of the day): 160 / 160 found, smallest margin 0.28 (es-ru;
+    0.37–0.54 in the others); the one of 2026-11-25: 160 / 160, smallest 0.30 (de-ru); the model shipped before that
+    found 120 / 160 (fr-ru 5 / 4, es-ru 4 / 3) and had a negative margin in 8 of the 10
     pairs. A random model finds ~1 of 8."""
     sim = example_embeddings[a] @ example_embeddings[b].T
     truth = np.arange(len(sim))
@@ -95,9 +96,10 @@ def test_held_out_tatoeba_pairs_are_found(encoder, tatoeba_split, lang):
     """Everyday sentences the model never saw: the 250 Tatoeba pairs per language that `training/split_tatoeba.py`
     holds out of training (in neither the training data nor Tatoeba v1), xx→en and en→xx.
 
-    Measured for the model shipped since 2026-11-25 (error %, xx→en / en→xx): 8.0 / 8.4 (fr), 13.6 / 14.0 (de),
-    5.6 / 7.6 (es), 8.8 / 10.0 (ru); the model shipped
-    before it: 59.6 / 62.0 (de), 50.4 / 50.4 (fr), 43.6 / 48.4 (es), 61.6 / 62.0 (ru)."""
+    Measured for the model shipped 2026-11-27 (second of the day; error %, xx→en / en→xx): 4.8 / 5.6 (fr),
+    10.8 / 10.8 (de), 6.4 / 6.0 (es), 6.0 / 6.8 (ru); the one of 2026-11-25: 8.0 / 8.4 (fr), 13.6 / 14.0 (de),
+    5.6 / 7.6 (es), 8.8 / 10.0 (ru); the model shipped before that: 59.6 / 62.0 (de), 50.4 / 50.4 (fr),
+    43.6 / 48.4 (es), 61.6 / 62.0 (ru)."""
     folder = tatoeba_split / "valid" / f"{lang}-en"
     read = lambda code: (folder / f"{code}.txt").read_text(encoding="utf-8").splitlines()  # noqa: E731
     sim = encoder.encode(read(lang), lang=lang, normalize_embeddings=True) @ \
@@ -112,16 +114,16 @@ def test_held_out_tatoeba_pairs_are_found(encoder, tatoeba_split, lang):
 def test_translations_found_among_200_flores_sentences(encoder, lang):
     """A larger sample than the 8 examples: the first 200 FLORES-200 devtest sentences of each side, both ways.
 
-    Measured for the model shipped since 2026-11-25 (en→xx / xx→en found): 97.5 / 97.5 % (fr), 96.5 / 95 % (de),
-    93.5 / 94.5 % (es), 89 / 87 % (ru); the model shipped before it: 92 / 92, 85.5 / 85, 88.5 / 90, 81 / 80 %; chance
-    is 0.5 %."""
+    Measured for the model shipped 2026-11-27 (second of the day; en→xx / xx→en found): 98 / 98 % (fr),
+    97.5 / 96 % (de), 94.5 / 94.5 % (es), 90.5 / 91 % (ru); the one of 2026-11-25: 97.5 / 97.5, 96.5 / 95, 93.5 / 94.5,
+    89 / 87 %; the model shipped before that: 92 / 92, 85.5 / 85, 88.5 / 90, 81 / 80 %; chance is 0.5 %."""
     flores = SHARED / "data" / "parallel" / "valid" / "flores200-devtest"
     require_shared(flores)
     read = lambda code: (flores / f"{code}.txt").read_text(encoding="utf-8").splitlines()[:200]  # noqa: E731
     sim = encoder.encode(read("en"), lang="en", normalize_embeddings=True) @ \
         encoder.encode(read(lang), lang=lang, normalize_embeddings=True).T
     truth = np.arange(len(sim))
-    assert (sim.argmax(axis=1) == truth).mean() >= 0.85 and (sim.argmax(axis=0) == truth).mean() >= 0.85
+    assert (sim.argmax(axis=1) == truth).mean() >= 0.88 and (sim.argmax(axis=0) == truth).mean() >= 0.88
 
 
 def test_readme_main_command_and_similar(tmp_path):
