@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,16 @@ def english_lines(tatoeba: Path, n: int) -> list[str]:
     raise SystemExit(f"only {len(lines)} English lines in {tatoeba}; lower --lines")
 
 
+def hf_laser_script() -> str:
+    """The `hf-laser` console script of the environment running this benchmark (not whichever one PATH finds first:
+    that could be another install of another version)."""
+    here = Path(sys.executable).parent / ("hf-laser.exe" if os.name == "nt" else "hf-laser")
+    found = str(here) if here.is_file() else shutil.which("hf-laser")
+    if found is None:
+        raise SystemExit(f"error: no hf-laser script next to {sys.executable} nor on PATH: pip install -e . first")
+    return found
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="model directory (default: the shipped laser-mini)")
@@ -54,6 +65,7 @@ def main(argv=None) -> int:
     lines = english_lines(tatoeba, args.lines)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
     model = ["--model", args.model] if args.model else []
+    script = hf_laser_script()
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(tmp) / "input.txt"
         text.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -64,7 +76,7 @@ def main(argv=None) -> int:
         for mode in args.modes.split(","):
             for num_proc in args.num_proc.split(","):
                 out = Path(tmp) / f"{mode}-{num_proc}.npy"
-                cmd = ["hf-laser", "embed", *model, "--lang", "en", "-i", str(text), "-o", str(out), "--overwrite",
+                cmd = [script, "embed", *model, "--lang", "en", "-i", str(text), "-o", str(out), "--overwrite",
                        "--quiet", "--num-proc", num_proc, *MODES[mode]]
                 best = float("inf")
                 for _ in range(args.repeat):
