@@ -324,6 +324,29 @@ def test_export_refuses_a_recipe_that_is_not_the_runs_config(tmp_path, capsys):
     assert not (tmp_path / "dest").exists()
 
 
+def test_config_differences_are_what_changes_the_run(tmp_path):
+    """Resuming (train.py's warning) and exporting (the recipe check) compare configs on what the run computes: how
+    a launch logs, saves, stops (a step schedule) or where it loads its start from is no difference."""
+    import copy
+
+    from training.train import config_differences, load_config
+
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"data": {"corpora": ["x"]}, "training": {"max_steps": 10}}))
+    cfg = load_config(tmp_path / "c.yaml")
+    later = load_config(tmp_path / "c.yaml", ["training.save_every=25", "training.max_minutes=34", "data.num_proc=8",
+                                              "training.init_from=elsewhere", "training.log_every=1"])
+    assert config_differences(cfg, later) == []
+    later["training"]["learning_rate"] = 1e-4
+    del later["batching"]["corpus_weights"]  # a config written before a key existed: its default
+    assert config_differences(cfg, later) == [("training.learning_rate", cfg["training"]["learning_rate"], 1e-4)]
+    # where the schedule counts minutes, max_minutes is what the run computes
+    by_minutes = copy.deepcopy(cfg)
+    by_minutes["training"].update(lr_schedule_over="minutes", max_minutes=30)
+    longer = copy.deepcopy(by_minutes)
+    longer["training"]["max_minutes"] = 60
+    assert config_differences(by_minutes, longer) == [("training.max_minutes", 30, 60)]
+
+
 def test_learn_bpe_reads_the_config_as_train_does(tmp_path, tatoeba_folder, capsys):
     """learn_bpe.py --config reads `base` configs and train.py's --set overrides: a BPE learned without one of the
     corpora (the lever "a BPE learned with the Tatoeba text included") has none of its characters."""

@@ -210,29 +210,14 @@ def recipe_text(cfg: dict, recipe: str, dest: Path = DEST) -> str:
             f"{widened(before, cfg.get('model', before), cfg['training'])} with the same tokenizer and data: ")
 
 
-# where and how a run ran, not what it learned: the recipe and the run may differ here (a run continued from another
-# copy of the same encoder, on more processes, logging more often)
-RUN_ONLY_KEYS = frozenset({"training.init_from", "tokenizer.path", "data.num_proc", "data.cache_dir",
-                           "batching.num_workers", "training.log_every", "training.save_every",
-                           "training.keep_checkpoints", "training.report_to", "training.check_sync_every"})
-
-
 def recipe_differences(cfg: dict, recipe: str) -> list[str]:
     """The settings in which the run's `config.yaml` (`cfg`) and the config `recipe` (read as train.py reads it)
-    differ, `RUN_ONLY_KEYS` aside: the card names the recipe as the run's, so it must be the run's. A key that
-    the run's config predates counts as its default (new keys keep the old behaviour by default)."""
-    from training.train import DEFAULTS, _merge, load_config
+    differ in what the run computes (`training.train.config_differences`: where it started, how it logged aside):
+    the card names the recipe as the run's, so it must be the run's."""
+    from training.train import config_differences, load_config
 
-    def flat(node, prefix=""):
-        if not isinstance(node, dict):
-            return {prefix[:-1]: node}
-        return {k: v for key, value in node.items() for k, v in flat(value, f"{prefix}{key}.").items()}
-
-    expected, ran = flat(load_config(REPO / recipe)), flat(_merge(DEFAULTS, cfg))
-    missing = "(not set)"
-    return [f"{key}: recipe {expected.get(key, missing)!r}, run {ran.get(key, missing)!r}"
-            for key in sorted(expected.keys() | ran.keys())
-            if key not in RUN_ONLY_KEYS and expected.get(key, missing) != ran.get(key, missing)]
+    return [f"{key}: recipe {recipe_value!r}, run {run_value!r}"
+            for key, recipe_value, run_value in config_differences(load_config(REPO / recipe), cfg)]
 
 
 def start_text(init_from: str, dest: Path = DEST) -> str:

@@ -244,6 +244,32 @@ def check_corpus_weights(cfg: dict) -> None:
         raise ValueError(f"batching.corpus_weights: {unknown} not among data.corpora ({sorted(map(str, entries))})")
 
 
+# where and how a launch runs, not what the run computes: free to change between the launches of a run (--resume:
+# its checkpoint holds the weights and OUT/tokenizer the tokenizer) and between a recipe and the run it describes
+# (export_default_model.py: a run continued from another copy of the same encoder, on more processes)
+LAUNCH_KEYS = frozenset({"training.init_from", "tokenizer.path", "data.num_proc", "data.cache_dir",
+                         "batching.num_workers", "training.log_every", "training.save_every",
+                         "training.keep_checkpoints", "training.report_to", "training.check_sync_every"})
+
+
+def config_differences(before: dict, after: dict) -> list[tuple[str, object, object]]:
+    """`(section.key, before, after)` for each setting in which two configs differ in what a run computes:
+    `LAUNCH_KEYS` aside, and `training.max_minutes` where both schedules count steps (it only ends a launch). A key
+    that a config lacks (written before the key existed) counts as its default."""
+    def flat(node, prefix=""):
+        if not isinstance(node, dict):
+            return {prefix[:-1]: node}
+        return {k: v for key, value in node.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+
+    defaults = flat(DEFAULTS)
+    a, b = {**defaults, **flat(before)}, {**defaults, **flat(after)}
+    ignored = LAUNCH_KEYS | ({"training.max_minutes"} if a["training.lr_schedule_over"] == "steps" ==
+                             b["training.lr_schedule_over"] else set())
+    missing = "(not set)"
+    return [(key, a.get(key, missing), b.get(key, missing)) for key in sorted(a.keys() | b.keys())
+            if key not in ignored and a.get(key, missing) != b.get(key, missing)]
+
+
 def _flat(cfg: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in cfg.items():
@@ -582,10 +608,10 @@ def main(argv=None) -> int:
     saved_cfg = out / "config.yaml"
     if args.resume and saved_cfg.is_file():
         previous = yaml.safe_load(saved_cfg.read_text())
-        changed = sorted(k for k, v in _flat(cfg).items() if _flat(previous).get(k) != v)
+        changed = [f"{key} ({was!r} -> {now!r})" for key, was, now in config_differences(previous, cfg)]
         if changed:
-            log(f"warning: config differs from the run being resumed in {changed}; the result will differ from an "
-                "uninterrupted run")
+            log(f"warning: config differs from the run being resumed in {', '.join(changed)}; the result will "
+                "differ from an uninterrupted run")
     if is_main:
         out.mkdir(parents=True, exist_ok=True)
         saved_cfg.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
