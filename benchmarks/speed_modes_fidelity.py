@@ -3,10 +3,13 @@
 For each model, the fp32 embeddings of every Tatoeba v1 file are compared with those of int8 dynamic quantisation
 (`LaserEncoder.from_pretrained(..., quantize="int8")`, CPU) and bf16 weights: cosine similarity to fp32 and the
 change of the Tatoeba error (xx→en / en→xx nearest neighbour by cosine, averaged over languages). Text is tokenized
-once; every mode embeds the same ids. Usage::
+once; every mode embeds the same ids. The last column is how much a mode's vector of a sentence depends on the
+sentences batched with it: every `--alone-every`-th sentence is embedded alone and compared (cosine) with its vector
+from the batched run (int8 quantises each batch's activations with that batch's range, so its vectors move; fp32
+and bf16 differ by round-off only). Usage::
 
     python benchmarks/speed_modes_fidelity.py [--model DIR ...] [--langs fra,deu,...] [--modes int8,bf16]
-                                              [--no-reference]
+                                              [--no-reference] [--alone-every 50]
 
 The reference `laser-ref-tiny.pt` is converted and measured too (random weights: errors near chance, so its error
 change mostly shows how often near-ties flip; a paper-size 5×512 encoder, the slowest part on a CPU) unless
@@ -50,6 +53,8 @@ def main() -> None:
     parser.add_argument("--langs", default=None, help="ISO 639-3 codes (default: all)")
     parser.add_argument("--modes", default="int8,bf16")
     parser.add_argument("--no-reference", action="store_true", help="measure only the --model directories")
+    parser.add_argument("--alone-every", type=int, default=50,
+                        help="embed every N-th sentence alone too, to measure the batch's influence (0: skip)")
     args = parser.parse_args()
     if args.no_reference and not args.model:
         parser.error("--no-reference needs at least one --model")
@@ -57,8 +62,9 @@ def main() -> None:
     models = [] if args.no_reference else [tiny_reference_model()]
     models += [Path(m) for m in args.model or [] if not models or Path(m).resolve() != models[0].resolve()]
 
-    print("| model | mode | mean cosine to fp32 | min cosine | avg xx→en error | avg en→xx error | Δ xx→en | Δ en→xx |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | mode | mean cosine to fp32 | min cosine | avg xx→en error | avg en→xx error | Δ xx→en | Δ en→xx "
+          "| alone vs in its batch: mean / min cosine |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for model_dir in models:
         fp32 = LaserEncoder.from_pretrained(model_dir)
         ids = []
@@ -79,8 +85,22 @@ def main() -> None:
                 reference, ref_errors = flat, errors
             cos = np.sum(flat * reference, 1) / (np.linalg.norm(flat, axis=1) * np.linalg.norm(reference, axis=1))
             mean, delta = errors.mean(0), errors.mean(0) - ref_errors.mean(0)
+            alone = batch_influence(encoder, [s for pair in ids for s in pair], flat, args.alone_every)
             print(f"| {model_dir.name} | {mode} | {cos.mean():.5f} | {cos.min():.5f} | {mean[0]:.2f} | {mean[1]:.2f} "
-                  f"| {delta[0]:+.2f} | {delta[1]:+.2f} |", flush=True)
+                  f"| {delta[0]:+.2f} | {delta[1]:+.2f} | {alone} |", flush=True)
+
+
+def batch_influence(encoder: LaserEncoder, id_lists: list[list[list[int]]], batched: np.ndarray, every: int) -> str:
+    """Mean / min cosine between every `every`-th sentence embedded alone and its row of `batched` (the same ids
+    embedded in batches, in order), as a table cell."""
+    if every <= 0:
+        return "not measured"
+    flat_ids = [ids for part in id_lists for ids in part]
+    rows = range(0, len(flat_ids), every)
+    alone = np.stack([encoder.encode_ids([flat_ids[i]]).numpy()[0] for i in rows])
+    inside = batched[list(rows)]
+    cos = np.sum(alone * inside, 1) / (np.linalg.norm(alone, axis=1) * np.linalg.norm(inside, axis=1))
+    return f"{cos.mean():.6f} / {cos.min():.6f} ({len(rows):,} sentences)"
 
 
 if __name__ == "__main__":

@@ -159,7 +159,7 @@ def tatoeba_split(cfg: dict) -> dict | None:
 LAUNCH = "accelerate launch --config_file training/accelerate_configs/cpu.yaml training/train.py"
 
 
-STAGE_COUNT = {2: "two", 3: "three", 4: "four", 5: "five"}
+STAGE_COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
 
 
 def run_dir_of(recipe: str) -> str:
