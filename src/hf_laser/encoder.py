@@ -153,8 +153,10 @@ class LaserEncoder:
                 (`hf_laser.DEFAULT_MODEL`, laser-mini), announced once on stderr.
             device: where the model runs (default: CPU).
             dtype: model dtype (`torch.float32` default; `torch.bfloat16`/`torch.float16` trade fidelity for speed).
-            quantize: `"int8"` applies dynamic int8 quantisation to the LSTM (CPU only; ~2x faster, embeddings no
-                longer within 1e-5 of the original: see README, "Embedding throughput").
+            quantize: `"int8"` applies dynamic int8 quantisation to the LSTM (CPU only; faster, as measured in the
+                README; embeddings no longer within 1e-5 of the original, and each batch's range sets the
+                quantisation, so a vector also depends a little on the sentences batched with it: see README,
+                "Embedding throughput").
             torch_only: load the weights into the plain-PyTorch [`~bilstm.LaserBiLSTM`] (same embeddings, no
                 `save_pretrained`) and the tokenizer into [`~text_tokenizer.LaserTextTokenizer`] (same ids, no
                 `tokenizer(...)` call) when `path` is a plain local LASER directory and no other loading argument is
