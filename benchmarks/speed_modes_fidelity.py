@@ -6,7 +6,7 @@ change of the Tatoeba error (xx→en / en→xx nearest neighbour by cosine, aver
 once; every mode embeds the same ids. The last column is how much a mode's vector of a sentence depends on the
 sentences batched with it: every `--alone-every`-th sentence is embedded alone and compared (cosine) with its vector
 from the batched run (int8 quantises each batch's activations with that batch's range, so its vectors move; fp32
-and bf16 differ by round-off only). Usage::
+differs by round-off only). Usage::
 
     python benchmarks/speed_modes_fidelity.py [--model DIR ...] [--langs fra,deu,...] [--modes int8,bf16]
                                               [--no-reference] [--alone-every 50]
@@ -83,11 +83,16 @@ def main() -> None:
             flat = np.concatenate([e for pair in embs for e in pair])
             if reference is None:
                 reference, ref_errors = flat, errors
-            cos = np.sum(flat * reference, 1) / (np.linalg.norm(flat, axis=1) * np.linalg.norm(reference, axis=1))
+            cos = row_cosines(flat, reference)
             mean, delta = errors.mean(0), errors.mean(0) - ref_errors.mean(0)
             alone = batch_influence(encoder, [s for pair in ids for s in pair], flat, args.alone_every)
             print(f"| {model_dir.name} | {mode} | {cos.mean():.5f} | {cos.min():.5f} | {mean[0]:.2f} | {mean[1]:.2f} "
                   f"| {delta[0]:+.2f} | {delta[1]:+.2f} | {alone} |", flush=True)
+
+
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of `a` with the same row of `b`, shape `(n,)`."""
+    return np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def batch_influence(encoder: LaserEncoder, id_lists: list[list[list[int]]], batched: np.ndarray, every: int) -> str:
@@ -98,8 +103,7 @@ def batch_influence(encoder: LaserEncoder, id_lists: list[list[list[int]]], batc
     flat_ids = [ids for part in id_lists for ids in part]
     rows = range(0, len(flat_ids), every)
     alone = np.stack([encoder.encode_ids([flat_ids[i]]).numpy()[0] for i in rows])
-    inside = batched[list(rows)]
-    cos = np.sum(alone * inside, 1) / (np.linalg.norm(alone, axis=1) * np.linalg.norm(inside, axis=1))
+    cos = row_cosines(alone, batched[list(rows)])
     return f"{cos.mean():.6f} / {cos.min():.6f} ({len(rows):,} sentences)"
 
 
