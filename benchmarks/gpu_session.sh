@@ -7,13 +7,13 @@
 # The archive is ~60 MB: move src/hf_laser/models/laser-mini/model.safetensors (24 MB; the run needs only that
 # folder's tokenizer) out of the working tree during the call, so that it does not travel. Then on the device, each a
 # `run` call naming the carried paths [_carry, .whl]:
-#   bash benchmarks/gpu_session.sh train      (setup, training for GPU_SESSION_MINUTES, fp16 export in parts to $OUT)
+#   bash benchmarks/gpu_session.sh train [NAME "SETS" ...]   (setup, training for GPU_SESSION_MINUTES, one run per
+#                                             NAME side by side, fp16 export in parts to $OUT)
 #   bash benchmarks/gpu_session.sh bench      (train/embed/LSTM throughput to $OUT; needs PACK_BENCH=1)
 # and here: bash benchmarks/gpu_session.sh unpack DIR (the files_at of the call), then training/report.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE=/tmp/hf_laser_gpu   # survives between calls while the machine is warm
-RUN=$STATE/runs/laser-base
 MINUTES=${GPU_SESSION_MINUTES:-7.5}
 
 setup() {  # on the device: the carried wheels, hf_laser from the tree, the data where the configs expect it
@@ -51,30 +51,49 @@ pack)  # here, not on the device
   rm -rf _carry/pretok   # only the archive travels (64 MiB per call, the working tree included)
   du -ch _carry/*.tar.xz .whl/* | tail -1
   ;;
-train)  # one call: the training in the foreground (GPU_SESSION_MINUTES from its launch), then the fp16 export
+train)  # one call: the training in the foreground (GPU_SESSION_MINUTES from its launch), then the export to $OUT.
+  # Arguments: NAME "SETS" pairs, one run each, launched side by side on the one GPU (a small model leaves it idle
+  # between kernels and 16 cores collate for two); none: one run named laser-base with GPU_SESSION_SET.
   setup
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
-  set +e   # the log comes back through $OUT whatever happens
-  accelerate launch --config_file "${ACCELERATE_CONFIG:-training/accelerate_configs/1gpu.yaml}" training/train.py \
-    --config "${GPU_SESSION_CONFIG:-_carry/pretok/config.yaml}" --output-dir "$RUN" \
-    --set training.max_minutes="$MINUTES" \
-    ${GPU_SESSION_SET:-} 2>&1 | tr '\r' '\n' \
-    | grep --line-buffered -v -E "(it/s|s/it|examples/s)[^]]*\]$" | tee "$OUT/train.log"   # no progress bars
+  shift
+  if [ $# -eq 0 ]; then set -- laser-base "${GPU_SESSION_SET:-}"; fi
+  if [ $(($# % 2)) -ne 0 ]; then echo "train: expected NAME \"SETS\" pairs, got $*" >&2; exit 2; fi
+  names=()
+  set +e   # the logs come back through $OUT whatever happens
+  while [ $# -gt 0 ]; do
+    name=$1 sets=$2; shift 2; names+=("$name")
+    # shellcheck disable=SC2086  # SETS is a list of --set KEY=VALUE words
+    accelerate launch --config_file "${ACCELERATE_CONFIG:-training/accelerate_configs/1gpu.yaml}" training/train.py \
+      --config "${GPU_SESSION_CONFIG:-_carry/pretok/config.yaml}" --output-dir "$STATE/runs/$name" \
+      --set training.max_minutes="$MINUTES" $sets 2>&1 | tr '\r' '\n' \
+      | grep --line-buffered -v -E "(it/s|s/it|examples/s)[^]]*\]$" > "$OUT/$name.log" &   # no progress bars
+  done
+  wait
   set -e
-  cp "$RUN/metrics.jsonl" "$OUT/" 2>/dev/null || true
-  python3 - "$RUN" <<'EOF'
+  # fp16 (what would be shipped; GPU_SESSION_EXPORT=fp32 keeps float32) with the run's config, metrics and data
+  # statistics, in 15 MB parts ($OUT takes 8 files of 16 MiB at most)
+  python3 - "$STATE/runs" "${GPU_SESSION_EXPORT:-fp16}" "${names[@]}" <<'EOF'
 import shutil, sys, tarfile, pathlib
 from hf_laser import LaserModel
-run = pathlib.Path(sys.argv[1])
-# fp16, what would be shipped
-shutil.copytree(run / "final", run / "final-fp16", ignore=shutil.ignore_patterns("model*.safetensors*"))
-LaserModel.from_pretrained(run / "final").half().save_pretrained(run / "final-fp16")
-with tarfile.open(run / "final.tar", "w") as tar:
-    tar.add(run / "final-fp16", arcname="laser-base/final")
-    for meta in ("config.yaml", "metrics.jsonl", "data_stats.json"):
-        tar.add(run / meta, arcname=f"laser-base/{meta}")
+runs, dtype, names = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+for name in names:
+    run = runs / name
+    if not (run / "final" / "config.json").is_file():
+        print(f"{name}: no final model (see {name}.log)"); continue
+    export = run / f"final-{dtype}"
+    shutil.copytree(run / "final", export, ignore=shutil.ignore_patterns("model*.safetensors*"))
+    model = LaserModel.from_pretrained(run / "final")
+    (model.half() if dtype == "fp16" else model).save_pretrained(export)
+    with tarfile.open(runs / f"{name}.tar", "w") as tar:
+        tar.add(export, arcname=f"{name}/final")
+        for meta in ("config.yaml", "metrics.jsonl", "data_stats.json"):
+            if (run / meta).is_file():
+                tar.add(run / meta, arcname=f"{name}/{meta}")
 EOF
-  split -b 15M -d "$RUN/final.tar" "$OUT/final.tar.part"
+  for name in "${names[@]}"; do
+    if [ -f "$STATE/runs/$name.tar" ]; then split -b 15M -d "$STATE/runs/$name.tar" "$OUT/$name.tar.part"; fi
+  done
   ls -la "$OUT"
   ;;
 bench)
@@ -88,10 +107,13 @@ bench)
     echo "== $cmd"; python3 benchmarks/$cmd || echo "== FAILED ($?): $cmd"
   done 2>&1 | tee "$OUT/bench.log"
   ;;
-unpack)  # here: the files of the train call (its files_at folder) -> runs/laser-base
+unpack)  # here: the files of the train call (its files_at folder) -> runs/NAME for each run
   mkdir -p runs
-  cat "$2/final.tar.part"* | tar -xf - -C runs
-  echo "then: python training/report.py --run runs/laser-base --tatoeba-langs all --bucc-dir ../shared/data/mining"
+  for first in "$2"/*.tar.part00; do
+    name=$(basename "${first%.tar.part00}")
+    cat "${first%00}"* | tar -xf - -C runs
+    echo "runs/$name: then python training/report.py --run runs/$name --tatoeba-langs all --bucc-dir ../shared/data/mining"
+  done
   ;;
 *)
   sed -n 2,10p "$0"; exit 2

@@ -643,6 +643,11 @@ def test_shipped_configs_load_and_overrides_are_checked():
     # YAML reads a bare `no` as false; accelerate needs the string
     assert tiny["training"]["mixed_precision"] == "no"
     assert tiny["training"]["max_steps"] == 7 and tiny["model"]["hidden_size"] == 32
+    # YAML 1.1 reads `1e-3` (no dot) as a string: a numeric key takes the number; a non-number stays and is refused
+    lr = load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.learning_rate=1e-3"])
+    assert lr["training"]["learning_rate"] == 1e-3 and isinstance(lr["training"]["learning_rate"], float)
+    assert load_config(REPO / "training" / "configs" / "tiny-cpu.yaml",
+                       ["training.init_from=1e-3"])["training"]["init_from"] == "1e-3"  # its default is no number
     with pytest.raises(ValueError, match="mixed_precision"):
         load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.mixed_precision=fp64"])
     with pytest.raises(ValueError, match="unknown config key"):

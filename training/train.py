@@ -157,8 +157,24 @@ def _merge(defaults: dict, given: dict, where: str = "") -> dict:
     for key, value in (given or {}).items():
         if key not in defaults:
             raise ValueError(f"unknown config key {where}{key!r} (known: {', '.join(defaults)})")
-        out[key] = _merge(defaults[key], value, f"{where}{key}.") if isinstance(defaults[key], dict) else value
+        out[key] = _merge(defaults[key], value, f"{where}{key}.") if isinstance(defaults[key], dict) \
+            else _as_number(value) if _is_number(defaults[key]) else value
     return out
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_number(value):
+    """YAML 1.1 reads `1e-3` (no dot) as a string: a key whose default is a number takes it as the float it means,
+    rather than failing deep inside the optimizer."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _read_config(path: Path, seen: tuple[Path, ...] = ()) -> dict:
