@@ -74,7 +74,7 @@ train)  # one call: the training in the foreground (GPU_SESSION_MINUTES from its
   # fp16 (what would be shipped; GPU_SESSION_EXPORT=fp32 keeps float32) with the run's config, metrics and data
   # statistics, in 15 MB parts ($OUT takes 8 files of 16 MiB at most)
   python3 - "$STATE/runs" "${GPU_SESSION_EXPORT:-fp16}" "${names[@]}" <<'EOF'
-import shutil, sys, tarfile, pathlib
+import json, shutil, sys, tarfile, pathlib
 from hf_laser import LaserModel
 runs, dtype, names = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 for name in names:
@@ -85,6 +85,9 @@ for name in names:
     shutil.copytree(run / "final", export, ignore=shutil.ignore_patterns("model*.safetensors*"))
     model = LaserModel.from_pretrained(run / "final")
     (model.half() if dtype == "fp16" else model).save_pretrained(export)
+    config = json.loads((export / "config.json").read_text())
+    config["dtype"] = "float32"  # stored in float16, computed in float32 (as the shipped model: float16 on a CPU
+    (export / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")  # is many times slower)
     with tarfile.open(runs / f"{name}.tar", "w") as tar:
         tar.add(export, arcname=f"{name}/final")
         for meta in ("config.yaml", "metrics.jsonl", "data_stats.json"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -22,6 +23,22 @@ def encoder(tiny_dictionary_dir) -> LaserEncoder:
 @pytest.fixture(scope="module")
 def fra_lines() -> list[str]:
     return read_lines(REFERENCE / "tatoeba" / "tatoeba.fra-eng.fra.bpe")
+
+
+def test_a_float16_config_still_computes_in_float32_by_default(tiny_dictionary_dir, tmp_path, fra_lines):
+    """A directory saved from a half model names `dtype: float16` in its config; LaserEncoder's documented default
+    (float32) holds anyway: the same numbers as the float32 directory with its weights rounded to float16."""
+    half_dir = tmp_path / "half"
+    shutil.copytree(tiny_dictionary_dir, half_dir, ignore=shutil.ignore_patterns("model*.safetensors*", "config.json"))
+    LaserModel.from_pretrained(tiny_dictionary_dir).half().save_pretrained(half_dir)
+    assert json.loads((half_dir / "config.json").read_text())["dtype"] == "float16"
+    enc = LaserEncoder.from_pretrained(half_dir)
+    assert {p.dtype for p in enc.model.parameters()} == {torch.float32}
+    rounded = LaserEncoder.from_pretrained(tiny_dictionary_dir)
+    rounded.model._apply(lambda t: t.half().float() if t.is_floating_point() else t)
+    np.testing.assert_array_equal(enc.encode(fra_lines[:20], pretokenized=True),
+                                  rounded.encode(fra_lines[:20], pretokenized=True))
+    assert LaserEncoder.from_pretrained(half_dir, dtype=torch.float16).model.embed_tokens.weight.dtype == torch.float16
 
 
 def test_plan_batches_budget_and_coverage():

@@ -152,7 +152,8 @@ class LaserEncoder:
             path: local directory or Hub repo id; None: the model shipped with the package
                 (`hf_laser.DEFAULT_MODEL`, laser-mini), announced once on stderr.
             device: where the model runs (default: CPU).
-            dtype: model dtype (`torch.float32` default; `torch.bfloat16`/`torch.float16` trade fidelity for speed).
+            dtype: model dtype (`torch.float32` default, also for a directory whose config names another dtype;
+                `torch.bfloat16`/`torch.float16` trade fidelity for speed).
             quantize: `"int8"` applies dynamic int8 quantisation to the LSTM (CPU only; faster, as measured in the
                 README; embeddings no longer within 1e-5 of the original, and each batch's range sets the
                 quantisation, so a vector also depends a little on the sentences batched with it: see README,
@@ -183,6 +184,10 @@ class LaserEncoder:
                 # Weights memory-mapped at unaligned offsets of the file take other CPU matrix-product paths than
                 # aligned ones (results ~1e-8 apart): copied, every loading path gives the same bits.
                 model._apply(torch.clone)
+        if dtype is None and any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()):
+            # the documented default, whatever dtype the directory's config names: a float16 config would compute
+            # in float16 (other numbers, and many times slower on a CPU); storing in float16 is still fine
+            dtype = torch.float32
         weights_sha256 = model_sha256(model) if dtype is not None or quantize is not None else None
         if dtype is not None:
             model = model.to(dtype)
