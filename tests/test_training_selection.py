@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -191,6 +192,20 @@ def test_extra_validation_selects_the_best_step_by_the_mean(tmp_path):
                                               for name in ("xx-en", "yy-en")}
     assert report["flores"]["baseline"] == pytest.approx(report["flores"]["untrained"], abs=1e-6)
     assert "| xx-en |" in (out / "report.md").read_text()
+    # --validation-of: a run that did not validate (the same run, its validation rows removed) is measured here on
+    # the validation of one that did, and gets exactly the figures that validation gave; a run that validated is refused
+    novalid = tmp_path / "novalid"
+    shutil.copytree(out, novalid, ignore=shutil.ignore_patterns("report_parts", "report.*"))
+    (novalid / "metrics.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in r.items() if not k.startswith("valid")}) + "\n" for r in metrics(out)))
+    with pytest.raises(SystemExit):
+        report_main(["--run", str(out), "--tatoeba-dir", "none", "--validation-of", str(out)])
+    assert report_main(["--run", str(novalid), "--tatoeba-dir", "none", "--validation-of", str(out)]) == 0
+    measured = json.loads((novalid / "report.json").read_text())
+    assert measured["flores"]["untrained"] == pytest.approx(report["flores"]["untrained"], abs=1e-6)
+    assert measured["flores"]["trained"] == pytest.approx(report["flores"]["trained"], abs=1e-6)
+    assert measured["held_out"]["trained"] == pytest.approx(report["held_out"]["trained"], abs=1e-6)
+    assert measured["validated_as"] == str(out) and "the run did not validate" in (novalid / "report.md").read_text()
 
     # average_checkpoints.py (same run, to spare a second one): the mean of one checkpoint with itself validates as
     # that step did; the mean of two is their element-wise mean; inputs that do not match are refused

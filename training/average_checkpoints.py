@@ -96,26 +96,15 @@ def write_averaged(run: Path, inputs: list[Path], output: Path) -> Path:
 def validation_errors(run: Path, model_dir: Path, device: str | None = None) -> dict[str, float]:
     """`valid_error` (FLORES), `valid_extra_error` (held-out sets) and `valid_mean` of `model_dir`, measured on the
     languages and sets of the run's validation (`training/report.py`'s baseline measurement)."""
-    from training.report import baseline_validation_errors, flores_errors, held_out_errors, read_metrics
+    from training.report import baseline_validation_errors, run_validation, validation_kwargs
 
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
-    vcfg, targets = cfg["validation"], cfg["data"]["target_languages"]
-    resolve = lambda path: Path(path) if Path(path).is_absolute() else REPO / path  # noqa: E731
-    rows = read_metrics(run)
-    validated = [row["step"] for row in rows if "valid_error" in row]
-    if not validated:
-        raise ValueError(f"{run}/metrics.jsonl has no validation row to take the languages and sets from")
-    flores_langs = sorted(flores_errors(rows, validated[-1]))
-    result = {}
-    langs = flores_langs + [t for t in targets if t not in flores_langs]  # as report.py: the targets are embedded too
-    flores = baseline_validation_errors(model_dir, resolve(vcfg["path"]), langs, targets,
-                                        vcfg.get("max_sentences"), vcfg.get("pretokenized", False), None, device)
+    targets = yaml.safe_load((run / "config.yaml").read_text())["data"]["target_languages"]
+    vcfg, flores_langs, sets = run_validation(run)
+    flores = baseline_validation_errors(**validation_kwargs(model_dir, vcfg, flores_langs, targets, device))
     flores = {lang: e for lang, e in flores.items() if lang in flores_langs}
-    result["valid_error"] = sum(flores.values()) / len(flores)
-    sets = sorted(held_out_errors(rows, validated[-1]))
+    result = {"valid_error": sum(flores.values()) / len(flores)}
     if sets:
-        held_out = baseline_validation_errors(model_dir, resolve(vcfg["extra_path"]), None, targets,
-                                              vcfg.get("extra_max_sentences"), False, sets, device)
+        held_out = baseline_validation_errors(**validation_kwargs(model_dir, vcfg, None, targets, device, sets))
         result["valid_extra_error"] = sum(held_out.values()) / len(held_out)
         result["valid_mean"] = (result["valid_error"] + result["valid_extra_error"]) / 2
     return result

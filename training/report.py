@@ -259,6 +259,32 @@ def baseline_validation_errors(model_dir: Path, folder: Path, langs: list[str] |
                                pretokenized=pretokenized)
 
 
+def run_validation(run: Path) -> tuple[dict, list[str], list[str]]:
+    """The validation section of `run`'s config and the FLORES languages and held-out sets of its last validation:
+    what another encoder is measured on to compare with that run (`--validation-of`, `average_checkpoints.py`)."""
+    rows = read_metrics(run)
+    validated = [row["step"] for row in rows if "valid_error" in row]
+    if not validated:
+        raise FileNotFoundError(f"{run}/metrics.jsonl has no validation row to take the languages and sets from")
+    vcfg = yaml.safe_load((run / "config.yaml").read_text())["validation"]
+    return vcfg, sorted(flores_errors(rows, validated[-1])), sorted(held_out_errors(rows, validated[-1]))
+
+
+def validation_kwargs(model_dir: Path, vcfg: dict, flores_langs: list[str] | None, targets: list[str],
+                      device: str | None, held_out_sets: list[str] | None = None) -> dict:
+    """`baseline_validation_errors`' arguments that measure `model_dir` as a run with the validation section `vcfg`
+    validates: FLORES on `flores_langs` (the target languages embedded too), or else the `held_out_sets`."""
+    resolve = lambda path: Path(path) if Path(path).is_absolute() else REPO / path  # noqa: E731
+    if held_out_sets is not None:
+        return {"model_dir": model_dir, "folder": resolve(vcfg["extra_path"]), "langs": None, "targets": targets,
+                "max_sentences": vcfg.get("extra_max_sentences"), "pretokenized": False,
+                "held_out_sets": sorted(held_out_sets), "device": device}
+    return {"model_dir": model_dir, "folder": resolve(vcfg["path"]),
+            "langs": list(flores_langs) + [t for t in targets if t not in flores_langs], "targets": targets,
+            "max_sentences": vcfg.get("max_sentences"), "pretokenized": vcfg.get("pretokenized", False),
+            "held_out_sets": None, "device": device}
+
+
 def focus_mean(tatoeba: dict) -> float | None:
     """Mean Tatoeba error over `FOCUS` and both directions (None unless every FOCUS language was evaluated)."""
     if not all(lang in tatoeba for lang in FOCUS):
@@ -293,9 +319,11 @@ def curve(run: Path, rows: list[dict], tatoeba_dir: Path | None, device: str | N
 
 def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None, *, tatoeba_langs: str = "run",
                  bucc_dir: Path | None = None, with_curve: bool = False, baseline: Path | None = None,
-                 store: MeasurementStore | None = None) -> dict:
+                 store: MeasurementStore | None = None, validation_of: Path | None = None) -> dict:
     """The report's figures (see the module's docstring). `store` keeps each finished measurement (default: none
-    kept)."""
+    kept). `validation_of`: a run that validated, for a run that did not (`training.eval_every: 0`, e.g. a GPU
+    session's): the FLORES and held-out errors of this run's step-0 and final encoders are measured here, on that
+    run's validation languages, sets and sentences."""
     if baseline is not None and not (baseline / "config.json").is_file():
         raise FileNotFoundError(f"--baseline {baseline} is not a model directory (no config.json)")
     for name in ("final", "untrained"):
@@ -313,21 +341,31 @@ def build_report(run: Path, tatoeba_dir: Path | None, device: str | None = None,
               "start": cfg["training"].get("init_from"),
               "flores": {"untrained": flores_errors(rows, 0), "trained": flores_errors(rows, state["step"])}}
     vcfg, targets = cfg["validation"], cfg["data"]["target_languages"]
-    resolve = lambda path: Path(path) if Path(path).is_absolute() else REPO / path  # noqa: E731
+    if validation_of is not None:
+        if report["flores"]["untrained"] or report["flores"]["trained"]:
+            raise ValueError(f"{run} validated during training (metrics.jsonl): the report takes its own figures; "
+                             "--validation-of is for a run that did not validate")
+        vcfg, flores_langs, held_out_sets = run_validation(validation_of)
+        report["validation_path"], report["validated_as"] = vcfg["path"], str(validation_of)
+        for model, folder in (("untrained", "untrained"), ("trained", "final")):
+            kwargs = validation_kwargs(run / folder, vcfg, flores_langs, targets, device)
+            report["flores"][model] = store.measure(f"flores-{model}", baseline_validation_errors, kwargs,
+                                                    models=[run / folder], data=[kwargs["folder"]])
+        held_out = {}
+        if held_out_sets:
+            kwargs = validation_kwargs(run / "final", vcfg, None, targets, device, held_out_sets)
+            held_out = store.measure("held-out-trained", baseline_validation_errors, kwargs,
+                                     models=[run / "final"], data=[kwargs["folder"]])
+    else:
+        held_out = held_out_errors(rows, state["step"])
     if baseline is not None and report["flores"]["trained"]:
-        langs = sorted(report["flores"]["trained"]) + [t for t in targets if t not in report["flores"]["trained"]]
-        kwargs = {"model_dir": baseline, "folder": resolve(vcfg["path"]), "langs": langs, "targets": targets,
-                  "max_sentences": vcfg.get("max_sentences"), "pretokenized": vcfg.get("pretokenized", False),
-                  "held_out_sets": None, "device": device}
+        kwargs = validation_kwargs(baseline, vcfg, sorted(report["flores"]["trained"]), targets, device)
         report["flores"]["baseline"] = store.measure("flores-baseline", baseline_validation_errors, kwargs,
                                                      models=[baseline], data=[kwargs["folder"]])
-    held_out = held_out_errors(rows, state["step"])
     if held_out:
         report["held_out"] = {"path": vcfg["extra_path"], "trained": held_out}
         if baseline is not None:
-            kwargs = {"model_dir": baseline, "folder": resolve(vcfg["extra_path"]), "langs": None, "targets": targets,
-                      "max_sentences": vcfg.get("extra_max_sentences"), "pretokenized": False,
-                      "held_out_sets": sorted(held_out), "device": device}
+            kwargs = validation_kwargs(baseline, vcfg, None, targets, device, sorted(held_out))
             report["held_out"]["baseline"] = store.measure("held-out-baseline", baseline_validation_errors, kwargs,
                                                            models=[baseline], data=[kwargs["folder"]])
     if tatoeba_dir is not None:
@@ -381,9 +419,11 @@ def to_markdown(report: dict) -> str:
     fl_models = ["untrained", *(["baseline"] if "baseline" in fl else []), "trained"]
     lines = [f"# Training report: {report['run']} (exported encoder: step {report['exported_step']})", "",
              f"Similarity-search error in % (lower is better), {step0} → trained. "
-             f"FLORES: `{report['validation_path']}`, both directions against each target language, from the run's "
-             "validation" + (" (the baseline measured the same way on the same languages: `model_flores_errors`)"
-                             if "baseline" in fl else "") + ".", "",
+             f"FLORES: `{report['validation_path']}`, both directions against each target language, "
+             + (f"measured here as `{report['validated_as']}` validates (the run did not validate)"
+                if report.get("validated_as") else "from the run's validation")
+             + (" (the baseline measured the same way on the same languages: `model_flores_errors`)"
+                if "baseline" in fl else "") + ".", "",
              "| language | " + " | ".join(f"FLORES {_label(report, m)}" for m in fl_models) + " |",
              "|---|" + "---|" * len(fl_models)]
     for lang in sorted(set(fl["untrained"]) | set(fl["trained"])):
@@ -448,6 +488,10 @@ def main(argv=None) -> int:
     parser.add_argument("--plot", action="store_true", help="write OUT/tatoeba.png (error per language, sorted)")
     parser.add_argument("--baseline", default=None, help="another encoder directory (e.g. the model shipped before) "
                                                          "whose FLORES, Tatoeba and BUCC errors are reported alongside")
+    parser.add_argument("--validation-of", default=None, metavar="RUN",
+                        help="for a run that did not validate (training.eval_every: 0, e.g. a GPU session's): "
+                             "measure its step-0 and final encoders here on the validation of RUN, a run that did "
+                             "(e.g. the one it continued)")
     parser.add_argument("--fresh", action="store_true",
                         help="measure everything again instead of reusing the unchanged measurements kept in "
                              "OUT/report_parts/ by an earlier (e.g. interrupted) report")
@@ -460,9 +504,10 @@ def main(argv=None) -> int:
         report = build_report(run, tatoeba_dir, args.device, tatoeba_langs=args.tatoeba_langs,
                               bucc_dir=Path(args.bucc_dir) if args.bucc_dir else None, with_curve=args.curve,
                               baseline=Path(args.baseline) if args.baseline else None,
+                              validation_of=Path(args.validation_of) if args.validation_of else None,
                               store=MeasurementStore(run / "report_parts", device=args.device, enabled=not args.fresh,
                                                      log=lambda msg: print(msg, file=sys.stderr, flush=True)))
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     (run / "report.json").write_text(json.dumps(report, indent=1))
     markdown = to_markdown(report)
