@@ -309,6 +309,18 @@ def test_model_card_names_every_stage_of_a_continued_run(tmp_path):
         '"start" is the encoder this run continued (`runs/x/final`) at step 0')
 
 
+def test_export_does_not_claim_a_float16_cost_it_cannot_measure(tmp_path):
+    """A GPU session brings back float16 weights only: the export's float32-vs-float16 comparison would compare the
+    float16 weights with themselves (a difference of 0), so it is skipped and the card says why."""
+    from safetensors.torch import save_file
+
+    from training.export_default_model import storage_cost
+
+    (tmp_path / "final").mkdir()
+    save_file({"lstm.weight_hh_l0": torch.zeros(4, 2, dtype=torch.float16)}, str(tmp_path / "final" / "model.safetensors"))
+    assert storage_cost(tmp_path, tmp_path / "dest") is None
+
+
 def test_export_refuses_a_recipe_that_is_not_the_runs_config(tmp_path, capsys):
     """The card names --recipe as the run's config: a recipe that differs from the run's config.yaml in what the run
     learned (not in where it started from) stops the export before anything is written."""

@@ -49,8 +49,15 @@ def save_half(run: Path, dest: Path) -> None:
     remove_remote_code(dest)
 
 
-def storage_cost(run: Path, dest: Path) -> dict:
-    """Largest |difference| of the embeddings (FOCUS Tatoeba sentences) and FOCUS Tatoeba means, fp32 vs fp16."""
+def storage_cost(run: Path, dest: Path) -> dict | None:
+    """Largest |difference| of the embeddings (FOCUS Tatoeba sentences) and FOCUS Tatoeba means, fp32 vs fp16; None
+    when the run's `final/` weights are float16 already (a GPU session's export: its float32 weights stayed there),
+    where there is nothing to compare with."""
+    from safetensors import safe_open
+
+    with safe_open(str(run / "final" / "model.safetensors"), "pt") as weights:
+        if any(weights.get_slice(k).get_dtype() != "F32" for k in weights.keys()):
+            return None
     from evaluation.tatoeba import read_lines, tatoeba_paths
     from hf_laser import LaserEncoder
 
@@ -263,8 +270,9 @@ def report_tables(report_md: str, report: dict, dest: Path = DEST) -> str:
     return tables
 
 
-def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict, coverage: dict,
-               diagnosis: list[dict], recipe: str = "training/configs/laser-mini.yaml") -> str:
+def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict | None, coverage: dict,
+               diagnosis: list[dict], recipe: str = "training/configs/laser-mini.yaml",
+               trained_on: str = "2 CPU cores") -> str:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     config = json.loads((dest / "config.json").read_text())
     stats = json.loads((run / "data_stats.json").read_text())
@@ -286,6 +294,19 @@ def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict, 
                  "valid_mean": "the one with the lowest mean of the FLORES-200 devtest error and the error on the "
                                "held-out Tatoeba training pairs"}[metric] if tr.get("final_model", "best") == "best" \
         else "the last step"
+    schedule = (f"{tr['lr_scheduler']} decay to 0 over the launch's {tr['max_minutes']} minutes"
+                if tr.get("lr_schedule_over") == "minutes" else f"{tr['lr_scheduler']} decay")
+    precision = f", {tr['mixed_precision']} autocast" if tr.get("mixed_precision") not in (None, "no") else ""
+    if cost is None:
+        storage = ("float16 storage: the run's float32 weights stayed on the machine that trained it (only the "
+                   "float16 weights came back), so the cost of storing them in float16 was not measured for this "
+                   "model.")
+    else:
+        storage = (f"float16 storage: largest embedding difference against the float32 weights "
+                   f"{cost['max_abs_embedding_diff']:.1e}; mean Tatoeba error over {', '.join(FOCUS)} "
+                   f"{cost['focus_tatoeba_mean']['float32']:.2f} % (float32) vs "
+                   f"{cost['focus_tatoeba_mean']['float16']:.2f} % (float16).")
+    validation_of = f" --validation-of {report['validated_as']}" if report.get("validated_as") else ""
     split = tatoeba_split(cfg)
     if split:
         tatoeba_data = (
@@ -314,7 +335,7 @@ license: cc-by-sa-4.0
 
 # laser-mini
 
-A small LASER-style sentence encoder trained by the `hf_laser` project on 2 CPU cores, shipped inside the package
+A small LASER-style sentence encoder trained by the `hf_laser` project on {trained_on}, shipped inside the package
 so that embedding works out of the box (`hf_laser.DEFAULT_MODEL`). It is **far weaker than the original LASER
 models** (mean Tatoeba error about 5 % on these languages for the original; {focus.get('trained', float('nan')):.1f} %
 here): for real work, convert the original `bilstm.93langs.2018-12-26.pt` or `laser2.pt` with `hf-laser convert`.
@@ -329,7 +350,7 @@ here): for real work, convert the original `bilstm.93langs.2018-12-26.pt` or `la
 
 ## Limitations
 
-A {m['num_layers']}-layer BiLSTM trained on 2 CPU cores: per-language quality varies widely (tables below). Mean error
+A {m['num_layers']}-layer BiLSTM trained on {trained_on}: per-language quality varies widely (tables below). Mean error
 FLORES-200 devtest {flores_mean:.1f} % over {len(flores)} languages; Tatoeba {focus.get('trained', float('nan')):.1f} %
 over {', '.join(FOCUS)} and {all_mean:.1f} % over all {n_tatoeba} Tatoeba v1 languages (both directions). Of those
 {len(FOCUS)} languages' Tatoeba pairs, the {coverage['covered_share']:.1f} % whose every word occurs at least 3 times
@@ -356,22 +377,20 @@ hf-laser embed --lang fr -i sentences.txt -o embeddings.npy
 language of the corpora into English{pairs_without_english}, {stats['pairs']:,} sentence pairs in
 {len(stats['pairs_per_direction'])} directions (sides of at most {cfg['data']['max_length']} tokens), batches of at most
 {cfg['batching']['max_sentences']} pairs / {cfg['batching']['max_tokens']:,} tokens per side, directions sampled
-with temperature {cfg['batching']['temperature']}, Adam lr {tr['learning_rate']} ({tr['lr_scheduler']} decay, {tr['warmup_steps']}
-warm-up steps), {report['exported_step']:,} updates. Encoder exported: {selection}.
+with temperature {cfg['batching']['temperature']}, Adam lr {tr['learning_rate']} ({schedule}, {tr['warmup_steps']}
+warm-up steps{precision}), {report['exported_step']:,} updates. Encoder exported: {selection}.
 
 Training data (`../shared/data/parallel/train` of the project): NTREX-128 (CC BY-SA 4.0), TICO-19 (CC0), WMT news
 test sets (de, fr, ru, zh excluded: they are the mining sets), Multi30k, LibreOffice 7.4 interface translations
 (MPL-2.0){tatoeba_data}. Validation: FLORES-200 devtest (CC BY-SA 4.0){tatoeba_valid}. The model is derived from
 share-alike data, hence its licence.
 
-float16 storage: largest embedding difference against the float32 weights {cost['max_abs_embedding_diff']:.1e};
-mean Tatoeba error over {', '.join(FOCUS)} {cost['focus_tatoeba_mean']['float32']:.2f} % (float32) vs
-{cost['focus_tatoeba_mean']['float16']:.2f} % (float16).
+{storage}
 
 ## Evaluation
 
 Produced by `python training/report.py --run {run_dir_of(recipe)} --tatoeba-langs all
---bucc-dir ../shared/data/mining{" --curve" if report.get("curve") else ""} --plot [--baseline PREVIOUS_MODEL]`; {step0_text(report, dest)},
+--bucc-dir ../shared/data/mining{" --curve" if report.get("curve") else ""}{validation_of} --plot [--baseline PREVIOUS_MODEL]`; {step0_text(report, dest)},
 {baseline_text(report, dest)}. Error = nearest-neighbour search by cosine,
 in %, lower is better. Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the
 Tatoeba table: the model is useless for them. Why, as far as the data and the tokenizer tell
@@ -404,6 +423,9 @@ def main(argv=None) -> int:
                              "config.yaml, its start (training.init_from, tokenizer.path) aside (default: %(default)s)")
     parser.add_argument("--dest", default=str(DEST), help=f"default: {DEST.relative_to(REPO)}")
     parser.add_argument("--repo-card", default=str(REPO / "model_card.md"), help="copy of the card ('' for none)")
+    parser.add_argument("--trained-on", default="2 CPU cores",
+                        help="the hardware the card names (default: %(default)s), e.g. '2 CPU cores, its last stage on "
+                             "one NVIDIA H200 GPU'")
     args = parser.parse_args(argv)
     run, dest = Path(args.run), Path(args.dest)
     if not (run / "report.json").is_file() or not (run / "tatoeba.png").is_file():
@@ -421,7 +443,7 @@ def main(argv=None) -> int:
     cost = storage_cost(run, dest)
     diagnosis = useless_diagnosis(report.get("tatoeba", {}), json.loads((run / "data_stats.json").read_text()), dest)
     card = model_card(run, dest, report, (run / "report.md").read_text(), cost, coverage_split(run, dest), diagnosis,
-                      args.recipe)
+                      args.recipe, args.trained_on)
     (dest / "README.md").write_text(card, encoding="utf-8")
     if args.repo_card:
         Path(args.repo_card).write_text(card.replace("](tatoeba.png)", "](src/hf_laser/models/laser-mini/tatoeba.png)"),
