@@ -244,6 +244,12 @@ def test_model_card_finds_the_tatoeba_split_the_run_trained_on(tmp_path, tatoeba
     cfg = {"data": {"corpora": ["../shared/data/parallel/train/ntrex128", {"path": str(tmp_path / "split" / "train")}]}}
     assert tatoeba_split(cfg) == json.loads(json.dumps(result))
     assert tatoeba_split({"data": {"corpora": [str(src)]}}) is None  # the raw corpus: no split record
+    # a pretokenized copy (training/pretokenize.py's manifest names each file's source): the split it was made from
+    pre = tmp_path / "pretok" / "train"
+    pre.mkdir(parents=True)
+    (pre / ".hf_laser_pretokenized.json").write_text(json.dumps({"format": 1, "files": {"tatoeba.de-en.de": {
+        "source": str(tmp_path / "split" / "train" / "tatoeba.de-en.de.gz"), "language": "de"}}}))
+    assert tatoeba_split({"data": {"corpora": [{"path": str(pre)}]}}) == json.loads(json.dumps(result))
 
 
 def test_model_card_names_every_stage_of_a_continued_run(tmp_path):

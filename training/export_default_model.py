@@ -154,12 +154,22 @@ def coverage_split(run: Path, dest: Path) -> dict:
 
 
 def tatoeba_split(cfg: dict) -> dict | None:
-    """The `split.json` of the Tatoeba validation split (training/split_tatoeba.py) the run trained on, if any."""
+    """The `split.json` of the Tatoeba validation split (training/split_tatoeba.py) the run trained on, if any; for a
+    pretokenized corpus (training/pretokenize.py), that of the folder its manifest names as the files' source."""
+    from training.data import PRETOKENIZED_MANIFEST
+
     for corpus in cfg["data"]["corpora"]:
         path = corpus.get("path") if isinstance(corpus, dict) else corpus
-        record = REPO / str(path) / ".." / "split.json"
-        if isinstance(path, str) and record.is_file():
-            return json.loads(record.read_text())
+        if not isinstance(path, str):
+            continue
+        folders = [REPO / path]
+        manifest = REPO / path / PRETOKENIZED_MANIFEST
+        if manifest.is_file():
+            files = json.loads(manifest.read_text())["files"].values()
+            folders += sorted({Path(f["source"]).parent for f in files if f.get("source")})
+        for folder in folders:
+            if (folder / ".." / "split.json").is_file():
+                return json.loads((folder / ".." / "split.json").read_text())
     return None
 
 
