@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Issue #26 on a lent GPU machine, within the device tool's limits (15 minutes of device time per session, the
-# machine's start included; 10 minutes per command; 64 MiB carried per call). Prepared on this machine first (see
-# training/README.md, "The GPU run"):
+# Training on a lent GPU machine (issues #26, #27), within the device tool's limits (15 minutes of device time per
+# session, the machine's start included; 10 minutes per command; 64 MiB carried per call). Prepared on this machine
+# first (see training/README.md, "The GPU run"):
 #   bash benchmarks/gpu_session.sh pack       # _carry/train.tar.xz (pretokenized corpora), .whl/ (the packages the
 #                                             # device image lacks); PACK_BENCH=1 adds _carry/bench.tar.xz
-# The archive is ~60 MB: move src/hf_laser/models/laser-mini/model.safetensors (24 MB; the run needs only that
-# folder's tokenizer) out of the working tree during the call, so that it does not travel. Then on the device, each a
-# `run` call naming the carried paths [_carry, .whl]:
-#   bash benchmarks/gpu_session.sh train [NAME "SETS" ...]   (setup, training for GPU_SESSION_MINUTES, one run per
-#                                             NAME side by side, fp16 export in parts to $OUT)
+# The archive is ~60 MB, so laser-mini's weights (src/hf_laser/models/laser-mini/model.safetensors, 24 MB) cannot
+# travel in the same call. Make them untracked and ignored for the session (git rm --cached FILE; FILE in
+# .git/info/exclude; git reset FILE afterwards) and, if _carry/pretok is still here from `pack`, move it aside. Then
+# on the device, each a `run` call:
+#   carry [_carry, .whl]: python3 -m pip install ... --target /tmp/site .whl/*.whl; tar -xJf _carry/train.tar.xz
+#       -C /tmp/hf_laser_gpu      (16 s; a run that only needs the tokenizer, laser-base, can train in this call)
+#   carry [src/hf_laser/models/laser-mini/model.safetensors], at once (the machine stays warm 30 s):
+#       ln -s /tmp/hf_laser_gpu/pretok _carry/pretok; bash benchmarks/gpu_session.sh train [NAME "SETS" ...]
+#                                             (training for GPU_SESSION_MINUTES, one run per NAME side by side,
+#                                             fp16 export in 15 MB parts to $OUT; the call lasts ~1 minute more)
 #   bash benchmarks/gpu_session.sh bench      (train/embed/LSTM throughput to $OUT; needs PACK_BENCH=1)
 # and here: bash benchmarks/gpu_session.sh unpack DIR (the files_at of the call), then training/report.py.
 set -euo pipefail

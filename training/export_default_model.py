@@ -147,29 +147,46 @@ def coverage_split(run: Path, dest: Path) -> dict:
     training text (`covered`) and on the others reweighted to the covered lengths (`rest`): `training/coverage.py`."""
     from training.coverage import mean_row, measure
 
-    result = measure(yaml.safe_load((run / "config.yaml").read_text()), str(dest), FOCUS, TATOEBA, min_count=3)
+    result = measure(raw_config(yaml.safe_load((run / "config.yaml").read_text())), str(dest), FOCUS, TATOEBA,
+                     min_count=3)
     mean = mean_row(result)
     return {"covered_share": mean["covered"], "covered": mean["xx2en_error_covered"],
             "rest": mean["xx2en_error_rest_length_matched"]}
 
 
-def tatoeba_split(cfg: dict) -> dict | None:
-    """The `split.json` of the Tatoeba validation split (training/split_tatoeba.py) the run trained on, if any; for a
-    pretokenized corpus (training/pretokenize.py), that of the folder its manifest names as the files' source."""
+def source_folders(path: str) -> list[Path]:
+    """The folders a corpus's text comes from: itself, or for a pretokenized copy (training/pretokenize.py) the
+    folders its manifest names as its files' sources."""
     from training.data import PRETOKENIZED_MANIFEST
 
+    manifest = REPO / path / PRETOKENIZED_MANIFEST
+    if not manifest.is_file():
+        return [REPO / path]
+    files = json.loads(manifest.read_text())["files"].values()
+    return sorted({Path(f["source"]).parent for f in files if f.get("source")})
+
+
+def raw_config(cfg: dict) -> dict:
+    """`cfg` with each pretokenized corpus replaced by the folder it was made from (the training text, in words)."""
+    corpora = []
     for corpus in cfg["data"]["corpora"]:
         path = corpus.get("path") if isinstance(corpus, dict) else corpus
-        if not isinstance(path, str):
-            continue
-        folders = [REPO / path]
-        manifest = REPO / path / PRETOKENIZED_MANIFEST
-        if manifest.is_file():
-            files = json.loads(manifest.read_text())["files"].values()
-            folders += sorted({Path(f["source"]).parent for f in files if f.get("source")})
-        for folder in folders:
-            if (folder / ".." / "split.json").is_file():
-                return json.loads((folder / ".." / "split.json").read_text())
+        sources = source_folders(path) if isinstance(path, str) else []
+        if isinstance(path, str) and sources != [REPO / path]:
+            if len(sources) != 1:
+                raise ValueError(f"pretokenized corpus {path} was made from {len(sources)} folders, not one")
+            path = str(sources[0])
+        corpora.append({**corpus, "path": path} if isinstance(corpus, dict) else path)
+    return {**cfg, "data": {**cfg["data"], "corpora": corpora, "pretokenized": False}}
+
+
+def tatoeba_split(cfg: dict) -> dict | None:
+    """The `split.json` of the Tatoeba validation split (training/split_tatoeba.py) the run trained on, if any (for
+    a pretokenized corpus, that of the folder it was made from)."""
+    for corpus in raw_config(cfg)["data"]["corpora"]:
+        path = corpus.get("path") if isinstance(corpus, dict) else corpus
+        if isinstance(path, str) and (REPO / path / ".." / "split.json").is_file():
+            return json.loads((REPO / path / ".." / "split.json").read_text())
     return None
 
 
