@@ -334,6 +334,12 @@ def model_card(run: Path, dest: Path, report: dict, report_md: str, cost: dict |
                    f"{cost['focus_tatoeba_mean']['float32']:.2f} % (float32) vs "
                    f"{cost['focus_tatoeba_mean']['float16']:.2f} % (float16).")
     validation_of = f" --validation-of {report['validated_as']}" if report.get("validated_as") else ""
+    if diagnosis:
+        useless_text = (f"Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the "
+                        "Tatoeba table: the model is useless for them. Why, as far as the data and the tokenizer tell "
+                        f"(`export_default_model.useless_diagnosis`):\n\n{diagnosis_markdown(diagnosis)}")
+    else:
+        useless_text = f"No Tatoeba language has an xx→en error of {USELESS_ERROR:.0f} % or more.\n"
     split = tatoeba_split(cfg)
     if split:
         tatoeba_data = (
@@ -419,11 +425,7 @@ share-alike data, hence its licence.
 Produced by `python training/report.py --run {run_dir_of(recipe)} --tatoeba-langs all
 --bucc-dir ../shared/data/mining{" --curve" if report.get("curve") else ""}{validation_of} --plot [--baseline PREVIOUS_MODEL]`; {step0_text(report, dest)},
 {baseline_text(report, dest)}. Error = nearest-neighbour search by cosine,
-in %, lower is better. Languages with an xx→en error of {USELESS_ERROR:.0f} % or more are listed at the end of the
-Tatoeba table: the model is useless for them. Why, as far as the data and the tokenizer tell
-(`export_default_model.useless_diagnosis`):
-
-{diagnosis_markdown(diagnosis)}
+in %, lower is better. {useless_text}
 {report_tables(report_md, report, dest)}
 ![Tatoeba error per language](tatoeba.png)
 
