@@ -92,7 +92,7 @@ for name in names:
     (model.half() if dtype == "fp16" else model).save_pretrained(export)
     config = json.loads((export / "config.json").read_text())
     config["dtype"] = "float32"  # stored in float16, computed in float32 (as the shipped model: float16 on a CPU
-    (export / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")  # is many times slower)
+    (export / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")  # is much slower)
     with tarfile.open(runs / f"{name}.tar", "w") as tar:
         tar.add(export, arcname=f"{name}/final")
         for meta in ("config.yaml", "metrics.jsonl", "data_stats.json"):

@@ -3,7 +3,9 @@
     python training/report.py --run OUT [--tatoeba-dir ../shared/data/tatoeba/v1] [--device cuda]
 
 - FLORES-200 devtest (or whatever `validation.path` the run used): the run's own validation figures from
-  `OUT/metrics.jsonl`, at step 0 (the untrained encoder) and at the step of the exported encoder (`OUT/final`).
+  `OUT/metrics.jsonl`, at step 0 (the untrained encoder) and at the step of the exported encoder (`OUT/final`); for
+  a run that did not validate (`training.eval_every: 0`, e.g. a GPU session's), `--validation-of RUN` measures both
+  encoders here on the validation languages, sets and sentences of RUN, a run that did (the one it continued).
 - Tatoeba: `OUT/untrained` (saved by `train.py` at step 0) and `OUT/final` embed every Tatoeba language whose
   preprocessing language is one of the run's source languages; error of nearest-neighbour search by cosine, xx→en
   and en→xx, in percent (the paper's measure, `evaluation/tatoeba.py`).

@@ -186,7 +186,7 @@ class LaserEncoder:
                 model._apply(torch.clone)
         if dtype is None and any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()):
             # the documented default, whatever dtype the directory's config names: a float16 config would compute
-            # in float16 (other numbers, and many times slower on a CPU); storing in float16 is still fine
+            # in float16 (other numbers, and much slower on a CPU); storing in float16 is still fine
             dtype = torch.float32
         weights_sha256 = model_sha256(model) if dtype is not None or quantize is not None else None
         if dtype is not None:
