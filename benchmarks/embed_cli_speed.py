@@ -2,8 +2,9 @@
 real Tatoeba text, per speed mode.
 
 The input is the English side of the first Tatoeba v1 files (1,000 lines each) up to `--lines` lines (default 10,000),
-embedded with `--lang en` by the shipped model (or `--model DIR`) in each mode: fp32, `--dtype bfloat16`, `--int8`,
-each with `--num-proc 1` and `--num-proc 2` (preprocessing workers). Each command runs `--repeat` times in a fresh
+embedded with `--lang en` by the shipped model (or `--model DIR`) in each mode: fp32 (the command's default: the
+NumPy engine for a plain model directory), fp32 on PyTorch (`--engine torch`), `--dtype bfloat16`, `--int8`, each
+with `--num-proc 1` and `--num-proc 2` (preprocessing workers). Each command runs `--repeat` times in a fresh
 process (the best time is reported, so a machine shared with other jobs disturbs it least) and the rows of every
 mode are checked against fp32 (max |difference|). What a mode costs in Tatoeba error is measured by
 `benchmarks/speed_modes_fidelity.py --model DIR`.
@@ -26,7 +27,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 TATOEBA = REPO.parent / "shared" / "data" / "tatoeba" / "v1"
-MODES = {"fp32": [], "bf16": ["--dtype", "bfloat16"], "int8": ["--int8"]}
+MODES = {"fp32": [], "fp32-torch": ["--engine", "torch"], "bf16": ["--dtype", "bfloat16"], "int8": ["--int8"]}
 
 
 def english_lines(tatoeba: Path, n: int) -> list[str]:
@@ -55,9 +56,11 @@ def main(argv=None) -> int:
     parser.add_argument("--lines", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (OMP_NUM_THREADS) of each run")
-    parser.add_argument("--modes", default="fp32,bf16,int8")
+    parser.add_argument("--modes", default="fp32,fp32-torch,bf16,int8", help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--num-proc", default="1,2", help="preprocessing workers to try (comma-separated)")
     args = parser.parse_args(argv)
+    if unknown := [m for m in args.modes.split(",") if m not in MODES]:
+        parser.error(f"unknown mode(s) {', '.join(unknown)}: choose from {', '.join(MODES)}")
     tatoeba = Path(args.tatoeba_dir)
     if not tatoeba.is_dir():
         print(f"error: {tatoeba} not found (the Tatoeba v1 folder of ../shared)", file=sys.stderr)

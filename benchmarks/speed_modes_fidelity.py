@@ -1,14 +1,15 @@
 """What the optional speed modes cost in fidelity, on real Tatoeba text.
 
-For each model, the fp32 embeddings of every Tatoeba v1 file are compared with those of int8 dynamic quantisation
-(`LaserEncoder.from_pretrained(..., quantize="int8")`, CPU) and bf16 weights: cosine similarity to fp32 and the
+For each model, the fp32 embeddings (PyTorch) of every Tatoeba v1 file are compared with those of int8 dynamic
+quantisation (`LaserEncoder.from_pretrained(..., quantize="int8")`, CPU), bf16 weights and the NumPy engine
+(`engine="numpy"`, fp32, the command line's default for a plain model directory): cosine similarity to fp32 and the
 change of the Tatoeba error (xx→en / en→xx nearest neighbour by cosine, averaged over languages). Text is tokenized
 once; every mode embeds the same ids. The last column is how much a mode's vector of a sentence depends on the
 sentences batched with it: every `--alone-every`-th sentence is embedded alone and compared (cosine) with its vector
 from the batched run (int8 quantises each batch's activations with that batch's range, so its vectors move; fp32
 differs by round-off only). Usage::
 
-    python benchmarks/speed_modes_fidelity.py [--model DIR ...] [--langs fra,deu,...] [--modes int8,bf16]
+    python benchmarks/speed_modes_fidelity.py [--model DIR ...] [--langs fra,deu,...] [--modes int8,bf16,numpy]
                                               [--no-reference] [--alone-every 50]
 
 The reference `laser-ref-tiny.pt` is converted and measured too (random weights: errors near chance, so its error
@@ -51,11 +52,13 @@ def main() -> None:
                         help="further model directory (repeatable); the converted laser-ref-tiny is measured too")
     parser.add_argument("--tatoeba-dir", default=str(SHARED / "data" / "tatoeba" / "v1"))
     parser.add_argument("--langs", default=None, help="ISO 639-3 codes (default: all)")
-    parser.add_argument("--modes", default="int8,bf16")
+    parser.add_argument("--modes", default="int8,bf16,numpy", help="comma-separated, of int8, bf16, numpy")
     parser.add_argument("--no-reference", action="store_true", help="measure only the --model directories")
     parser.add_argument("--alone-every", type=int, default=50,
                         help="embed every N-th sentence alone too, to measure the batch's influence (0: skip)")
     args = parser.parse_args()
+    if unknown := [m for m in args.modes.split(",") if m not in ("int8", "bf16", "numpy")]:
+        parser.error(f"unknown mode(s) {', '.join(unknown)}: choose from int8, bf16, numpy")
     if args.no_reference and not args.model:
         parser.error("--no-reference needs at least one --model")
     langs = args.langs.split(",") if args.langs else [x for x in available_languages(args.tatoeba_dir) if x != "eng"]
@@ -76,7 +79,7 @@ def main() -> None:
         for mode in ["fp32", *args.modes.split(",")]:
             encoder = fp32 if mode == "fp32" else LaserEncoder.from_pretrained(
                 model_dir, quantize="int8" if mode == "int8" else None,
-                dtype=torch.bfloat16 if mode == "bf16" else None)
+                dtype=torch.bfloat16 if mode == "bf16" else None, engine="numpy" if mode == "numpy" else "torch")
             embs = [(encoder.encode_ids(s).numpy(), encoder.encode_ids(t).numpy()) for s, t in ids]
             errors = np.array([[r["xx2en_errors"] / r["n"], r["en2xx_errors"] / r["n"]]
                                for r in (retrieval_errors(s, t) for s, t in embs)]) * 100

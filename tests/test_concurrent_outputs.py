@@ -22,21 +22,21 @@ DEU = SHARED / "data" / "tatoeba" / "v1" / "tatoeba.deu-eng.deu"
 
 pytestmark = pytest.mark.slow
 
-# Runs `hf-laser ARGS...` (or `encode_file` / the evaluation cache); with $GATE set, every encode_ids call first
-# waits until the file $GATE exists: the run holds its lock, mid-computation, until the test lets it go on.
+# Runs `hf-laser ARGS...` (or `encode_file` / the evaluation cache); with $GATE set, every embedding call
+# (`_embed_ids`, under `encode_ids`, `encode` and `encode_file`, either engine) first waits until the file $GATE exists: the run holds its lock, mid-computation, until the test lets it go on.
 _SCRIPT = """
 import os, sys, time
 import numpy as np
 import hf_laser.encoder as E
 gate = os.environ.get("GATE")
 if gate:
-    real = E.LaserEncoder.encode_ids
+    real = E.LaserEncoder._embed_ids
     def gated(self, *a, **k):
         deadline = time.time() + 240
         while not os.path.exists(gate) and time.time() < deadline:
             time.sleep(0.05)
         return real(self, *a, **k)
-    E.LaserEncoder.encode_ids = gated
+    E.LaserEncoder._embed_ids = gated
 what, *args = sys.argv[1:]
 if what == "cli":
     from hf_laser.cli import main

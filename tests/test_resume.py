@@ -332,6 +332,9 @@ def test_cli_embed_other_language_or_input_or_stdin_is_recomputed(tiny_model_dir
     fr, de = texts
     out = tmp_path / "out.npy"
     common = ["embed", "--model", str(tiny_model_dir), "-o", str(out)]
+    # the command line computes with the NumPy engine (a plain directory on the CPU): the same bits as this encoder
+    encoder = LaserEncoder.from_pretrained(tiny_model_dir, engine="auto")
+    assert encoder.engine == "numpy"
     assert cli_main([*common, "--lang", "fr", "-i", str(fr)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hf-laser embed: 100 lines in ") and "sentences/s" in err[0]

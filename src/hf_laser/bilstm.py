@@ -10,15 +10,15 @@ importing transformers, about half of a command line's start-up; anything else i
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .plain_weights import parameter_shapes, read_plain_weights, vocab_problems  # noqa: F401 (re-exported)
 
 
 @contextmanager
@@ -169,52 +169,12 @@ class BiLSTMEncoderMixin:
         return out, pooled
 
 
-def vocab_problems(config, path, subfolder: str = "") -> list[str]:
-    """Where the `vocab.json` next to the weights disagrees with the config on the special ids or the size."""
-    if path is None or not os.path.isdir(os.path.join(str(path), subfolder or "")):
-        return []
-    vocab_file = os.path.join(str(path), subfolder or "", "vocab.json")
-    if not os.path.isfile(vocab_file):
-        return []
-    try:
-        with open(vocab_file, encoding="utf-8") as f:
-            vocab = json.load(f)
-    except (OSError, ValueError) as err:
-        return [f"vocab.json cannot be read ({err})"]
-    if not isinstance(vocab, dict):
-        return ["vocab.json is not a token -> id mapping"]
-    problems = []
-    for token, attr in (("<pad>", "pad_token_id"), ("</s>", "eos_token_id"), ("<unk>", "unk_token_id"),
-                        ("<s>", "bos_token_id")):
-        want = getattr(config, attr, None)
-        if token in vocab and want is not None and vocab[token] != want:
-            problems.append(f"config.{attr} is {want} but vocab.json has {token!r} -> {vocab[token]}")
-    if len(vocab) != config.vocab_size:
-        problems.append(f"config.vocab_size is {config.vocab_size} but vocab.json has {len(vocab)} tokens")
-    return problems
-
-
 @dataclass
 class BiLSTMOutput:
     """What [`LaserBiLSTM`] returns: the fields of `BaseModelOutputWithPooling` that LASER fills."""
 
     last_hidden_state: torch.Tensor
     pooler_output: torch.Tensor
-
-
-def parameter_shapes(config) -> dict[str, list[int]]:
-    """The state-dict shapes of the encoder `BiLSTMEncoderMixin.build_encoder` builds for `config` (nn.LSTM's names),
-    without building it; tests/test_torch_only.py checks them against the built module."""
-    hidden, directions = config.hidden_size, 2 if config.bidirectional else 1
-    shapes = {"embed_tokens.weight": [config.vocab_size, config.embed_dim]}
-    for layer in range(config.num_layers):
-        for suffix in ("", "_reverse")[:directions]:
-            inputs = config.embed_dim if layer == 0 else hidden * directions
-            shapes[f"lstm.weight_ih_l{layer}{suffix}"] = [4 * hidden, inputs]
-            shapes[f"lstm.weight_hh_l{layer}{suffix}"] = [4 * hidden, hidden]
-            shapes[f"lstm.bias_ih_l{layer}{suffix}"] = [4 * hidden]
-            shapes[f"lstm.bias_hh_l{layer}{suffix}"] = [4 * hidden]
-    return shapes
 
 
 class LaserBiLSTM(BiLSTMEncoderMixin, nn.Module):
@@ -235,39 +195,11 @@ class LaserBiLSTM(BiLSTMEncoderMixin, nn.Module):
         case: one `model.safetensors` whose tensor names, shapes and floating-point dtypes are exactly the config's,
         with finite values, a float32 config and a `vocab.json` that agrees with it. None means "load it with
         `LaserModel.from_pretrained`", whose strict checks then explain what is wrong."""
-        from safetensors.torch import load_file
-
-        from .plain_config import PlainLaserConfig
-
-        path = str(path)
-        weights = os.path.join(path, "model.safetensors")
-        if not (os.path.isdir(path) and os.path.isfile(weights) and os.path.isfile(os.path.join(path, "config.json"))):
+        read = read_plain_weights(path)
+        if read is None:
             return None
-        try:
-            config = PlainLaserConfig.from_directory(path)  # not LaserConfig: that would import transformers
-            with open(weights, "rb") as f:
-                (size,) = struct.unpack("<Q", f.read(8))
-                if size > os.path.getsize(weights) - 8:  # a damaged file: not a header length to allocate
-                    return None
-                header = json.loads(f.read(size))
-            header = {k: v for k, v in header.items() if k != "__metadata__"}
-        except (OSError, ValueError, AttributeError, struct.error):
-            return None
-        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32"
-        if str(dtype) not in ("float32", "torch.float32"):
-            return None
-        # The shapes are checked before anything is allocated (a damaged config may ask for terabytes)
-        if {k: v.get("shape") for k, v in header.items()} != parameter_shapes(config) or any(
-                v.get("dtype") not in ("F32", "F16", "BF16") for v in header.values()):
-            return None
-        if vocab_problems(config, path):
-            return None
-        try:
-            state = {k: v.to(torch.float32) for k, v in load_file(weights).items()}
-        except Exception:  # noqa: BLE001 - a damaged file: LaserModel.from_pretrained says so in its own words
-            return None
-        if not all(bool(torch.isfinite(v).all()) for v in state.values()):
-            return None
+        config, arrays = read
+        state = {k: torch.from_numpy(v) for k, v in arrays.items()}
         # Built on the CPU, not on the meta device: initialising meta tensors runs PyTorch's Python decompositions,
         # which import torch._dynamo (1-3 s of a command's start-up). fork_rng: the caller's global RNG is untouched.
         with torch.random.fork_rng(devices=[]):

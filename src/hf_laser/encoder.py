@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from functools import partial
 from itertools import chain, islice
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -24,14 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError, one_line, run_cli  # noqa: F401 (re-exported)
 from .integration_files import has_laser_tokenizer
 from .langid import CHECK_SAMPLE, warn_at_caller
-from .bilstm import LaserBiLSTM
 from .outputs import (MANIFEST_FORMAT, OutputFiles, embedding_identity, identity_changes,  # noqa: F401 (re-exported)
                       model_sha256, output_lock, scan_input, tokenizer_sha256, write_json_atomic)
 from .models import check_model_dir, looks_local, resolve_model  # noqa: F401 (re-exported)
@@ -39,7 +38,13 @@ from .text_tokenizer import LaserInputError, LaserTextTokenizer, _check_lang, _c
 from .text_tokenizer import read_lines as tokenizer_read_lines
 
 if TYPE_CHECKING:
+    import torch
+
+    from .bilstm import LaserBiLSTM
+    from .bilstm_numpy import NumpyLaserBiLSTM
     from .modeling_laser import LaserModel
+
+ENGINES = ("torch", "numpy", "auto")
 
 PROGRESS_BAR_MIN_SENTENCES = 10_000  # `encode`'s default progress-bar threshold
 PROGRESS_BAR_DELAY_S = 2.0  # `encode_file`'s bar appears only for runs longer than this
@@ -122,22 +127,25 @@ class LaserEncoder:
     """A LASER model plus its tokenizer, for people who just want sentence vectors.
 
     Args:
-        model: a [`LaserModel`] (or the plain-PyTorch [`~bilstm.LaserBiLSTM`], same embeddings).
+        model: a [`LaserModel`] (or the plain-PyTorch [`~bilstm.LaserBiLSTM`], same embeddings; or the NumPy
+            [`~bilstm_numpy.NumpyLaserBiLSTM`], the same to float round-off, CPU only, no torch import).
         tokenizer: a `LaserTokenizer` (or the transformers-free [`~text_tokenizer.LaserTextTokenizer`] it is built
             on, which is all the encoder uses), or None when only pre-tokenized input will be given.
         vocab: token → id mapping for pre-tokenized input (defaults to the tokenizer's vocabulary).
     """
 
-    def __init__(self, model: LaserModel | LaserBiLSTM, tokenizer=None, vocab: dict[str, int] | None = None):
-        self.model = model.eval()
+    def __init__(self, model: LaserModel | LaserBiLSTM | NumpyLaserBiLSTM, tokenizer=None,
+                 vocab: dict[str, int] | None = None):
+        self.engine = "numpy" if type(model).__name__ == "NumpyLaserBiLSTM" else "torch"
+        self.model = model if self.engine == "numpy" else model.eval()
         self.tokenizer = tokenizer
         if vocab is None and tokenizer is not None:
             vocab = tokenizer.get_vocab()
         self.vocab = vocab
         self.eos_id = model.config.eos_token_id
         self.unk_id = model.config.unk_token_id
-        quantized = any(type(m).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized"))
-                        for m in model.modules())
+        quantized = self.engine == "torch" and any(
+            type(m).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized")) for m in model.modules())
         self.quantize = "int8" if quantized else None
         self._model_sha256: str | None = None  # of the weights as loaded (before a dtype cast / quantisation)
         self._tokenizer_sha256: str | None = None
@@ -145,7 +153,7 @@ class LaserEncoder:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str | torch.device | None = None,
                         dtype: torch.dtype | None = None, quantize: str | None = None, *,
-                        torch_only: bool = False, **kwargs) -> LaserEncoder:
+                        torch_only: bool = False, engine: str = "torch", **kwargs) -> LaserEncoder:
         """Loads model and tokenizer from a directory written by `hf-laser convert` / `save_pretrained` (or a Hub id).
 
         Args:
@@ -164,8 +172,32 @@ class LaserEncoder:
                 given, without importing transformers: about half of the start-up of a process (the command-line
                 tools use it). Otherwise, and for anything unusual, `LaserModel` / `LaserTokenizer.from_pretrained`
                 (without transformers' "Loading weights" bar for a local directory).
+            engine: what computes the embeddings. `"torch"` (default): PyTorch, every device, dtype and option.
+                `"numpy"`: [`~bilstm_numpy.NumpyLaserBiLSTM`], float32 on the CPU without importing torch (1.3-3 s
+                of a process's start-up; also faster per sentence on a small CPU, README "laser-mini end to end"),
+                the embeddings of `"torch"` to float round-off (~1e-6); it needs a plain local LASER directory
+                (`model.safetensors` matching its config) and no `device` other than the CPU, `dtype` other than
+                float32, `quantize` or other loading argument: anything else is a ValueError. `"auto"`: `"numpy"`
+                where it can, else `"torch"` (the command line's default). `encoder.engine` says which was used,
+                and an embedding manifest records it.
         """
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
         path = resolve_model(path, who="LaserEncoder")
+        if engine != "torch":
+            why_not = _why_not_numpy(path, device, dtype, quantize, kwargs)
+            model = None if why_not else _load_numpy_model(path)
+            if model is None and why_not is None:
+                why_not = "it is not a plain local LASER directory (one model.safetensors matching a float32 config)"
+            if model is not None:
+                tokenizer, vocab = _load_tokenizer(path, plain=True)
+                return cls(model, tokenizer, vocab)
+            if engine == "numpy":
+                raise ValueError(f"engine='numpy' cannot load {path}: {why_not}; use engine='torch'")
+        import torch
+
+        from .bilstm import LaserBiLSTM
+
         model = LaserBiLSTM.from_directory(path) if torch_only and not kwargs else None
         if model is None:
             from transformers.utils import logging as hf_logging
@@ -199,19 +231,7 @@ class LaserEncoder:
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM}, dtype=torch.qint8)
         if device is not None:
             model = model.to(device)
-        tokenizer, vocab = None, None
-        try:
-            tokenizer = LaserTextTokenizer.from_directory(path) if torch_only and not kwargs else None
-            if tokenizer is None:
-                from .tokenization_laser import LaserTokenizer
-
-                tokenizer = LaserTokenizer.from_pretrained(path)
-        except (OSError, ValueError):  # a dictionary-only directory (converted without subword files)
-            if has_laser_tokenizer(path):  # a tokenizer is there but cannot be loaded: say why, not "no tokenizer"
-                raise
-            vocab_file = Path(path) / "vocab.json"
-            if vocab_file.is_file():
-                vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
+        tokenizer, vocab = _load_tokenizer(path, plain=torch_only and not kwargs)
         encoder = cls(model, tokenizer, vocab)
         encoder._model_sha256 = weights_sha256
         return encoder
@@ -224,14 +244,27 @@ class LaserEncoder:
             self._model_sha256 = model_sha256(self.model)
         if self._tokenizer_sha256 is None:
             self._tokenizer_sha256 = tokenizer_sha256(self.tokenizer, self.vocab)
-        dtype = next((p.dtype for p in self.model.parameters() if p.is_floating_point()), None)
+        if self.engine == "numpy":
+            dtype = "float32"
+        else:
+            dtype = next((p.dtype for p in self.model.parameters() if p.is_floating_point()), None)
         return {"model": self._model_sha256, "tokenizer": self._tokenizer_sha256,
                 "model_dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
-                "quantize": self.quantize}
+                "quantize": self.quantize,
+                # the engines agree to round-off, not to the bit: a resume never mixes them (absent for torch, so
+                # the manifests written before the NumPy engine stay valid)
+                **({"engine": self.engine} if self.engine != "torch" else {})}
 
     def _move_to(self, device) -> None:
         """Moves the model to `device`; a device it cannot run on (`meta`, a missing GPU) is a ValueError and the
         model stays where it was."""
+        import torch
+
+        if self.engine == "numpy":
+            if torch.device(device).type == "cpu":
+                return
+            raise ValueError(f"this encoder computes with NumPy on the CPU (engine='numpy'), not on {device}: load it "
+                             "with engine='torch' to use another device")
         device = torch.device(device)
         if device.type == "meta":
             raise ValueError("device='meta' holds no data, so nothing can be embedded there; give cpu or cuda")
@@ -249,7 +282,12 @@ class LaserEncoder:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        import torch
+
+        return torch.device("cpu") if self.engine == "numpy" else next(self.model.parameters()).device
+
+    def _device_name(self) -> str:
+        return "cpu" if self.engine == "numpy" else str(self.device)
 
     # ------------------------------------------------------------------ tokenisation
     def token_ids(self, sentences: Sequence[str], lang: str | Sequence[str] | None = None, *,
@@ -287,7 +325,7 @@ class LaserEncoder:
                    on_truncated: Callable[[list[tuple[int, int]]], None] | None = None,
                    _checkpoint: _ChunkCheckpoint | None = None) -> torch.Tensor:
         """Embeds id sequences (each ending with `</s>`). Returns a CPU float32 tensor `(len(ids), dim)` in input
-        order, whatever the model dtype. `progress`, if given, is called with the number of (distinct) sentences
+        order, whatever the model dtype or engine. `progress`, if given, is called with the number of (distinct) sentences
         of each batch once it is embedded.
 
         A sequence longer than `max_sentence_tokens` (default 100,000; None: no limit) is embedded as its first
@@ -296,14 +334,28 @@ class LaserEncoder:
         length, so one runaway line would otherwise stop the whole run. Shorter sequences are untouched.
         `on_truncated`, if given, is called with `[(index, length), ...]` instead of the warning.
         """
+        import torch
+
+        return torch.from_numpy(self._embed_ids(
+            ids, max_tokens=max_tokens, batch_size=batch_size, device=device, show_progress_bar=show_progress_bar,
+            progress=progress, max_sentence_tokens=max_sentence_tokens, on_truncated=on_truncated,
+            checkpoint=_checkpoint))
+
+    def _embed_ids(self, ids, *, max_tokens, batch_size, device, show_progress_bar, progress=None,
+                   max_sentence_tokens=DEFAULT_MAX_SENTENCE_TOKENS, on_truncated=None,
+                   checkpoint: _ChunkCheckpoint | None = None) -> np.ndarray:
+        """[`encode_ids`] as a float32 NumPy array (no torch import with `engine="numpy"`)."""
         if isinstance(ids, (str, bytes, bytearray, Mapping, set, frozenset)):
             raise LaserInputError(f"expected a list of token-id sequences, got {type(ids).__name__}")
         if max_sentence_tokens is not None and max_sentence_tokens < 2:
             raise ValueError(f"max_sentence_tokens must be at least 2 (one token and </s>), got {max_sentence_tokens}")
-        if device is not None and torch.device(device) != self.device:
-            self._move_to(device)
-        device = self.device
-        out = torch.empty((len(ids), self.dim), dtype=torch.float32)
+        if device is not None:
+            import torch
+
+            if torch.device(device) != self.device:
+                self._move_to(device)
+        device = self.device if self.engine == "torch" else None
+        out = np.empty((len(ids), self.dim), dtype=np.float32)
         if not len(ids):
             return out
         for i, s in enumerate(ids):
@@ -337,16 +389,23 @@ class LaserEncoder:
         if show_progress_bar is None:
             show_progress_bar = len(ids) >= PROGRESS_BAR_MIN_SENTENCES
         # not a decorator: the truncation warning above must point at the caller, not at torch's wrapper
-        with torch.inference_mode():
+        with self._no_grad():
             return self._encode_unique(unique, lengths, inverse, out, device=device, max_tokens=max_tokens,
                                        batch_size=batch_size, show_progress_bar=show_progress_bar, progress=progress,
-                                       checkpoint=_checkpoint)
+                                       checkpoint=checkpoint)
+
+    def _no_grad(self):
+        if self.engine == "numpy":
+            return nullcontext()
+        import torch
+
+        return torch.inference_mode()
 
     def _encode_unique(self, unique, lengths, inverse, out, *, device, max_tokens, batch_size, show_progress_bar,
-                       progress, checkpoint: _ChunkCheckpoint | None = None) -> torch.Tensor:
+                       progress, checkpoint: _ChunkCheckpoint | None = None) -> np.ndarray:
         """[`encode_ids`] on the distinct sequences `unique` (`lengths`), written to `out[i] = emb[inverse[i]]`."""
         vocab_size = self.model.config.vocab_size
-        unique_out = torch.empty((len(unique), self.dim), dtype=torch.float32)
+        unique_out = np.empty((len(unique), self.dim), dtype=np.float32)
         with tqdm(total=len(unique), disable=not show_progress_bar, unit="sent", desc="embedding") as bar:
             plan = plan_batches(lengths, max_tokens, batch_size)
             skip = checkpoint.restore(plan, unique_out) if checkpoint is not None else 0
@@ -369,25 +428,35 @@ class LaserEncoder:
                 mask = np.arange(batch_lengths[0])[None, :] < batch_lengths[:, None]
                 ids_array = np.full(mask.shape, self.model.config.pad_token_id, dtype=np.int64)
                 ids_array[mask] = flat
-                try:
-                    emb = self.model(torch.from_numpy(ids_array).to(device, non_blocking=True),
-                                     attention_mask=torch.from_numpy(mask).to(device, non_blocking=True)).pooler_output
-                except RuntimeError as err:
-                    if "could not create a primitive" not in str(err):
-                        raise
-                    raise ValueError(
-                        f"a sentence of {int(batch_lengths[0]):,} tokens is too long for the CPU LSTM kernel (oneDNN "
-                        "fails on one sequence of about 260,000 tokens at LASER's size): embed it with a length limit "
-                        f"(max_sentence_tokens, --max-sentence-tokens; default {DEFAULT_MAX_SENTENCE_TOKENS:,}) "
-                        "instead of none") from None
-                unique_out[torch.from_numpy(batch)] = emb.float().cpu()
+                if self.engine == "numpy":
+                    unique_out[batch] = self.model.pooled(ids_array, batch_lengths)
+                else:
+                    unique_out[batch] = self._torch_pooled(ids_array, mask, batch_lengths, device)
                 bar.update(len(batch))
                 if progress is not None:
                     progress(len(batch))
                 if checkpoint is not None:
                     checkpoint.batch_done(b + 1, plan, unique_out)
-        torch.index_select(unique_out, 0, torch.from_numpy(inverse), out=out)
+        np.take(unique_out, inverse, axis=0, out=out)
         return out
+
+    def _torch_pooled(self, ids_array: np.ndarray, mask: np.ndarray, batch_lengths: np.ndarray,
+                      device) -> np.ndarray:
+        """The PyTorch model's sentence embeddings of one right-padded batch, as float32 NumPy."""
+        import torch
+
+        try:
+            emb = self.model(torch.from_numpy(ids_array).to(device, non_blocking=True),
+                             attention_mask=torch.from_numpy(mask).to(device, non_blocking=True)).pooler_output
+        except RuntimeError as err:
+            if "could not create a primitive" not in str(err):
+                raise
+            raise ValueError(
+                f"a sentence of {int(batch_lengths[0]):,} tokens is too long for the CPU LSTM kernel (oneDNN "
+                "fails on one sequence of about 260,000 tokens at LASER's size): embed it with a length limit "
+                f"(max_sentence_tokens, --max-sentence-tokens; default {DEFAULT_MAX_SENTENCE_TOKENS:,}) "
+                "instead of none") from None
+        return emb.float().cpu().numpy()
 
     def encode(self, sentences: str | Sequence[str], lang: str | Sequence[str] | None = None, *,
                max_tokens: int | None = DEFAULT_MAX_TOKENS, batch_size: int | None = None,
@@ -424,13 +493,27 @@ class LaserEncoder:
         single = isinstance(sentences, str)
         sentences = [sentences] if single else _sentence_list(sentences)
         ids = self.token_ids(sentences, lang, pretokenized=pretokenized, num_proc=num_proc)
-        emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
+        emb = self._embed_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
                               show_progress_bar=show_progress_bar, max_sentence_tokens=max_sentence_tokens)
         if normalize_embeddings:
-            emb = torch.nn.functional.normalize(emb, dim=-1)
+            emb = self._normalized(emb)
         if single:
             emb = emb[0]
-        return emb.numpy() if convert_to == "numpy" else emb
+        if convert_to == "numpy":
+            return emb
+        import torch
+
+        return torch.from_numpy(emb)
+
+    def _normalized(self, emb: np.ndarray) -> np.ndarray:
+        """Rows scaled to unit L2 norm (a zero row stays zero), as `torch.nn.functional.normalize` computes it
+        (with the torch engine, by that very function: the same bits as before the NumPy engine existed)."""
+        if self.engine == "torch":
+            import torch
+
+            return torch.nn.functional.normalize(torch.from_numpy(emb), dim=-1).numpy()
+        norms = np.sqrt(np.einsum("ij,ij->i", emb, emb, dtype=np.float32))
+        return emb / np.maximum(norms, np.float32(1e-12))[:, None]
 
     def encode_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, lang: str | None = None,
                     pretokenized: bool = False, fp16: bool = False, max_tokens: int | None = DEFAULT_MAX_TOKENS,
@@ -570,14 +653,14 @@ class LaserEncoder:
                     pending = pool.submit(tokenize, next(chunks, []))
                     while ids := pending.result():
                         pending = pool.submit(tokenize, next(chunks, []))
-                        emb = self.encode_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
+                        emb = self._embed_ids(ids, max_tokens=max_tokens, batch_size=batch_size, device=device,
                                               show_progress_bar=False, progress=bar.update,
                                               max_sentence_tokens=max_sentence_tokens,
                                               on_truncated=partial(report_truncated, first_line=writer.done + 1),
-                                              _checkpoint=_ChunkCheckpoint(writer, writer.chunk_part(self.dim)))
+                                              checkpoint=_ChunkCheckpoint(writer, writer.chunk_part(self.dim)))
                         if normalize_embeddings:
-                            emb = torch.nn.functional.normalize(emb, dim=-1)
-                        writer.append(emb.numpy())
+                            emb = self._normalized(emb)
+                        writer.append(emb)
                         # the batches counted distinct sentences; repeated lines come here
                         bar.update(writer.done - bar.n)
                 writer.close()
@@ -586,11 +669,51 @@ class LaserEncoder:
                     files.discard_partial()
                     raise ValueError(f"{input_path} changed while it was being embedded; run again once it is final")
                 seconds = time.perf_counter() - t0
-                writer.commit(device=str(self.device), seconds=round(seconds, 3), resumed_at=stats["resumed_at"])
+                writer.commit(device=self._device_name(), seconds=round(seconds, 3), resumed_at=stats["resumed_at"])
             finally:
                 writer.close()
             stats.update(computed=n - stats["resumed_at"], seconds=seconds)
             return np.load(output_path, mmap_mode="r"), stats
+
+
+def _why_not_numpy(path, device, dtype, quantize, kwargs) -> str | None:
+    """Why `engine="numpy"` cannot serve these loading arguments (None: it can, if the directory is plain)."""
+    if device is not None and str(device) != "cpu":
+        return f"it computes on the CPU only (device={device!r})"
+    if dtype is not None and str(dtype).removeprefix("torch.") != "float32":
+        return f"it computes in float32 only (dtype={dtype})"
+    if quantize is not None:
+        return f"it has no quantisation (quantize={quantize!r})"
+    if kwargs:
+        return f"it takes no other loading argument ({', '.join(sorted(kwargs))})"
+    if not Path(path).is_dir():
+        return "it loads local directories only"
+    return None
+
+
+def _load_numpy_model(path):
+    from .bilstm_numpy import NumpyLaserBiLSTM
+
+    return NumpyLaserBiLSTM.from_directory(path)
+
+
+def _load_tokenizer(path, *, plain: bool):
+    """`(tokenizer, vocab)` of a model directory: the transformers-free `LaserTextTokenizer` when `plain`, else
+    `LaserTokenizer`; a dictionary-only directory (converted without subword files) gives its `vocab.json`."""
+    tokenizer, vocab = None, None
+    try:
+        tokenizer = LaserTextTokenizer.from_directory(path) if plain else None
+        if tokenizer is None:
+            from .tokenization_laser import LaserTokenizer
+
+            tokenizer = LaserTokenizer.from_pretrained(path)
+    except (OSError, ValueError):
+        if has_laser_tokenizer(path):  # a tokenizer is there but cannot be loaded: say why, not "no tokenizer"
+            raise
+        vocab_file = Path(path) / "vocab.json"
+        if vocab_file.is_file():
+            vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
+    return tokenizer, vocab
 
 
 class _ChunkCheckpoint:
@@ -603,7 +726,7 @@ class _ChunkCheckpoint:
     def __init__(self, writer, saved: tuple[int, np.ndarray] | None):
         self.writer, self.saved, self.batches, self.last = writer, saved, 0, time.monotonic()
 
-    def restore(self, plan: list[np.ndarray], unique_out: torch.Tensor) -> int:
+    def restore(self, plan: list[np.ndarray], unique_out: np.ndarray) -> int:
         """Batches of `plan` already done (their rows written into `unique_out`); 0 when nothing matches."""
         if self.saved is None:
             return 0
@@ -612,15 +735,15 @@ class _ChunkCheckpoint:
         if not 0 < batches <= len(plan) or sum(len(b) for b in plan[:batches]) != len(rows):
             self.writer.chunk_state = None  # not this chunk's batches: it is encoded whole
             return 0
-        unique_out[torch.from_numpy(np.concatenate(plan[:batches]))] = torch.from_numpy(rows)
+        unique_out[np.concatenate(plan[:batches])] = rows
         self.batches = batches
         return batches
 
-    def batch_done(self, batches: int, plan: list[np.ndarray], unique_out: torch.Tensor) -> None:
+    def batch_done(self, batches: int, plan: list[np.ndarray], unique_out: np.ndarray) -> None:
         if batches >= len(plan) or time.monotonic() - self.last < PROGRESS_SAVE_S:
             return  # (the chunk's last batch: the whole chunk is written next)
         new = np.concatenate(plan[self.batches:batches])
-        self.writer.save_chunk_part(batches, unique_out[torch.from_numpy(new)].numpy())
+        self.writer.save_chunk_part(batches, unique_out[new])
         self.batches, self.last = batches, time.monotonic()
 
 

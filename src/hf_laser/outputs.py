@@ -103,9 +103,8 @@ def config_identity(config) -> dict:
 
 def model_sha256(model) -> str:
     """sha256 of a model's config (without metadata such as its path) and of every tensor of its state dict
-    (name, dtype, shape, bytes). A full hash: ~0.2 s for the 93-language LASER's weights."""
-    import torch
-
+    (name, dtype, shape, bytes). A full hash: ~0.2 s for the 93-language LASER's weights. NumPy arrays (the NumPy
+    engine's state dict) hash like the torch tensors of the same values, and import no torch."""
     digest = hashlib.sha256()
     config = getattr(model, "config", None)
     if config is not None:
@@ -113,6 +112,13 @@ def model_sha256(model) -> str:
     state = model.state_dict()
     for name in sorted(state):
         value = state[name]
+        if isinstance(value, np.ndarray):
+            digest.update(f"{name}|torch.{value.dtype.name}|{tuple(value.shape)}".encode())
+            if value.size:
+                digest.update(np.ascontiguousarray(value).reshape(-1).view(np.uint8).data)
+            continue
+        import torch
+
         if not isinstance(value, torch.Tensor):
             digest.update(f"{name}|{type(value).__qualname__}".encode())
             continue
@@ -195,6 +201,7 @@ _IDENTITY_LABELS = {
     "tokenizer": "tokenizer (sha256)", "model_dtype": "model dtype", "quantize": "quantisation",
     "output_dtype": "output dtype", "normalize": "normalize", "max_tokens": "max_tokens",
     "batch_size": "batch_size", "chunk_lines": "chunk_lines", "max_sentence_tokens": "max_sentence_tokens",
+    "engine": "engine",
 }
 
 

@@ -38,7 +38,7 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
         encoder = LaserEncoder.from_pretrained(model, torch_only=True, **kwargs)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot load the model {model}: {one_line(err)}") from err
-    slow = slow_cpu_dtype_message(kwargs.get("dtype"), kwargs.get("device") or "cpu")
+    slow = kwargs.get("dtype") is not None and slow_cpu_dtype_message(kwargs["dtype"], kwargs.get("device") or "cpu")
     if slow:
         print(f"{who}: {slow}", file=sys.stderr)
     if not pretokenized and getattr(encoder, "tokenizer", "n/a") is None:
@@ -94,7 +94,7 @@ def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> None:
 
 def check_device_arg(device: str | None) -> None:
     """`--device`: a device torch knows (`cpu`, `cuda`, `cuda:1`, `mps`...) that is there; else a [`UsageError`]."""
-    if device is None:
+    if device is None or device == "cpu":  # (torch is not imported for the common case)
         return
     import torch
 
@@ -120,6 +120,25 @@ def check_output_path(path: str | os.PathLike, flag: str = "-o") -> None:
     if not parent.is_dir():
         raise UsageError(f"the directory of {flag} {path} does not exist ({parent}); create it first "
                          f"(mkdir -p {parent})")
+
+
+def add_engine_argument(parser: argparse.ArgumentParser) -> None:
+    """`--engine` of the commands that embed with a model from disk."""
+    parser.add_argument("--engine", choices=["auto", "numpy", "torch"], default="auto",
+                        help="what computes the embeddings: numpy (float32 on the CPU, no torch import: faster "
+                             "start-up and, on small CPUs, faster per sentence), torch (every device, dtype and "
+                             "--int8), auto (default: numpy for a plain local model directory on the CPU in float32, "
+                             "else torch); the two agree to float round-off (~1e-6)")
+
+
+def dtype_arg(name: str):
+    """`--dtype NAME` as `from_pretrained` takes it: None for float32 (the default, without importing torch), else
+    the torch dtype."""
+    if name == "float32":
+        return None
+    import torch
+
+    return getattr(torch, name)
 
 
 def check_encoding_args(args: argparse.Namespace) -> None:

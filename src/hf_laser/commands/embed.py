@@ -10,8 +10,9 @@ from pathlib import Path
 
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_TOKENS
 from ..errors import UsageError
-from .common import (add_max_sentence_tokens_argument, check_device_arg, check_encoding_args, check_lang_arg,
-                     check_output_path, is_stream, load_encoder_for_cli, max_sentence_tokens_arg, spool_stream)
+from .common import (add_engine_argument, add_max_sentence_tokens_argument, check_device_arg, check_encoding_args,
+                     check_lang_arg, check_output_path, dtype_arg, is_stream, load_encoder_for_cli,
+                     max_sentence_tokens_arg, spool_stream)
 
 WHO = "hf-laser embed"
 
@@ -35,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                         help="model dtype (float32: the original's numbers; the others trade fidelity for speed)")
     parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation of the LSTM (CPU only)")
+    add_engine_argument(parser)
     parser.add_argument("--num-proc", type=int, default=1, help="processes for the text preprocessing")
     parser.add_argument("--overwrite", action="store_true",
                         help="recompute from scratch, ignoring an earlier or interrupted output (by default an output "
@@ -52,8 +54,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{WHO}: error: --lang is required: pass the language code of the input (e.g. --lang fr) or "
               "--lang auto to detect it per sentence", file=sys.stderr)
         return 2
-    import torch
-
     from ..models import resolve_model
 
     # every argument is checked before the model is loaded or any file is created
@@ -67,9 +67,12 @@ def run(args: argparse.Namespace) -> int:
                          else f"input {args.input} is not a file")
     check_output_path(args.output)
     no_progress = getattr(args, "no_progress", False) or getattr(args, "quiet", False)
+    if args.engine == "numpy" and (args.device != "cpu" or args.dtype != "float32" or args.int8):
+        raise UsageError("--engine numpy computes float32 on the CPU only: drop --device/--dtype/--int8, or use "
+                         "--engine torch")
     encoder = load_encoder_for_cli(resolve_model(args.model, who=WHO), WHO, pretokenized=args.pretokenized,
-                                   device=args.device, dtype=getattr(torch, args.dtype),
-                                   quantize="int8" if args.int8 else None)
+                                   device=None if args.device == "cpu" else args.device, dtype=dtype_arg(args.dtype),
+                                   quantize="int8" if args.int8 else None, engine=args.engine)
     tmp = None
     try:
         if stdin or stream:

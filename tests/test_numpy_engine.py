@@ -1,0 +1,187 @@
+"""The NumPy engine (`hf_laser.bilstm_numpy.NumpyLaserBiLSTM`, `LaserEncoder.from_pretrained(engine=...)`,
+`hf-laser embed --engine`): the original encoder's reference embeddings, the PyTorch model's to round-off on every
+shape it handles (layers, one direction, literal <pad> tokens, threads), the same weights and model hash as the
+PyTorch loader, clear refusals, and a command line that embeds without importing torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import REFERENCE, read_lines, reference_embeddings
+from safetensors.torch import save_file
+
+from hf_laser import DEFAULT_MODEL, LaserConfig, LaserModel
+from hf_laser.bilstm import LaserBiLSTM
+from hf_laser.bilstm_numpy import NumpyLaserBiLSTM
+from hf_laser.encoder import LaserEncoder
+from hf_laser.outputs import model_sha256
+from hf_laser.plain_weights import read_plain_weights
+
+
+def save_plain(tmp_path, seed=0, dtype=torch.float32, **kwargs):
+    """A plain model directory (config + model.safetensors, no tokenizer) of a small random LaserModel."""
+    torch.manual_seed(seed)
+    config = dict(vocab_size=40, embed_dim=6, hidden_size=5, num_layers=2)
+    config.update(kwargs)
+    model = LaserModel(LaserConfig(**config)).eval()
+    path = tmp_path / f"model-{seed}-{str(dtype)[6:]}-{'-'.join(f'{k}{v}' for k, v in kwargs.items())}"
+    path.mkdir()
+    model.config.save_pretrained(path)
+    save_file({k: v.to(dtype).contiguous() for k, v in model.state_dict().items()}, str(path / "model.safetensors"))
+    return path
+
+
+def torch_pooled(path, sentences):
+    model = LaserBiLSTM.from_directory(path)
+    width = max(map(len, sentences))
+    ids = torch.full((len(sentences), width), 1)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(sentences):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    with torch.no_grad():
+        return model(ids, attention_mask=mask).pooler_output.numpy()
+
+
+def numpy_pooled(model, sentences):
+    width = max(map(len, sentences))
+    ids = np.full((len(sentences), width), 1, np.int64)
+    for i, s in enumerate(sentences):
+        ids[i, :len(s)] = s
+    return model.pooled(ids, np.array([len(s) for s in sentences]))
+
+
+def random_sentences(n, seed=0, max_len=14, vocab=40):
+    rng = np.random.default_rng(seed)
+    return [list(rng.integers(4, vocab, rng.integers(0, max_len))) + [2] for _ in range(n)]
+
+
+def test_reference_checkpoint_gives_the_original_embeddings(tiny_model_dir):
+    """The original encoder's embeddings (2-layer BiLSTM, real BPE input) within 1e-5, like the PyTorch model."""
+    encoder = LaserEncoder.from_pretrained(tiny_model_dir, engine="numpy")
+    assert encoder.engine == "numpy" and type(encoder.model) is NumpyLaserBiLSTM
+    for name in ("tatoeba.fra-eng.fra", "tatoeba.cmn-eng.cmn", "tatoeba.kat-eng.kat"):
+        lines = read_lines(REFERENCE / "tatoeba" / f"{name}.bpe")
+        emb = encoder.encode(lines, pretokenized=True, max_tokens=300)  # many batches of mixed lengths
+        assert np.abs(emb - reference_embeddings(name)).max() <= 1e-5, name
+    for lang in ("en", "zh", "ja", "el"):
+        lines = read_lines(REFERENCE / "edge" / f"edge.{lang}.bpe")
+        emb = encoder.encode(lines, pretokenized=True)
+        assert np.abs(emb - reference_embeddings(f"edge.{lang}")).max() <= 1e-5, lang
+
+
+@pytest.mark.parametrize("shape", [dict(num_layers=1), dict(num_layers=3), dict(num_layers=2, bidirectional=False)])
+def test_same_embeddings_as_pytorch_on_every_shape(tmp_path, shape):
+    path = save_plain(tmp_path, **shape)
+    sentences = random_sentences(150, seed=len(shape))
+    sentences += [[2], [1, 2], [7, 1, 9, 2], [1, 1, 1, 2]]  # </s> alone, literal <pad> tokens inside sentences
+    expected = torch_pooled(path, sentences)
+    got = numpy_pooled(NumpyLaserBiLSTM.from_directory(path), sentences)
+    assert got.shape == expected.shape == (len(sentences), 5 * (2 if shape.get("bidirectional", True) else 1))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    # a sentence of nothing but <pad> tokens has nothing to pool: -inf, like the original and the PyTorch model
+    only_pad = numpy_pooled(NumpyLaserBiLSTM.from_directory(path), [[1, 1]])
+    assert np.isneginf(only_pad).all() and np.isneginf(torch_pooled(path, [[1, 1]])).all()
+
+
+def test_batch_order_and_threads(tmp_path):
+    """Rows in any order give the same vectors; 1 and 2 threads the same bits; more threads (the batch split between
+    them) the same to round-off."""
+    path = save_plain(tmp_path, num_layers=2)
+    sentences = random_sentences(300, seed=5)
+    one, two, four = (NumpyLaserBiLSTM.from_directory(path, threads=t) for t in (1, 2, 4))
+    base = numpy_pooled(two, sentences)
+    assert np.array_equal(base, numpy_pooled(one, sentences))
+    np.testing.assert_allclose(numpy_pooled(four, sentences), base, rtol=0, atol=1e-6)
+    perm = np.random.default_rng(0).permutation(len(sentences))
+    np.testing.assert_allclose(numpy_pooled(two, [sentences[i] for i in perm]), base[perm], rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="threads"):
+        NumpyLaserBiLSTM.from_directory(path, threads=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_files_widen_exactly_and_hash_like_torch(tmp_path, dtype):
+    path = save_plain(tmp_path, dtype=dtype)
+    config, arrays = read_plain_weights(path)
+    model = LaserBiLSTM.from_directory(path)
+    state = model.state_dict()
+    assert list(arrays) and set(arrays) == set(state)
+    for name, value in arrays.items():
+        assert value.dtype == np.float32 and np.array_equal(value, state[name].numpy()), name
+    # the manifest's model hash is the same whichever engine loaded the weights
+    assert model_sha256(NumpyLaserBiLSTM.from_directory(path)) == model_sha256(model)
+
+
+def test_damaged_or_unusual_files_are_not_plain(tmp_path):
+    path = save_plain(tmp_path)
+    weights = path / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-8])  # truncated tensor data
+    assert read_plain_weights(path) is None
+    weights.write_bytes(data)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16"}))
+    assert read_plain_weights(path) is None  # a model that is meant to compute in bf16: torch's business
+    with pytest.raises(ValueError, match="engine='numpy' cannot load .*plain local LASER directory"):
+        LaserEncoder.from_pretrained(path, engine="numpy")
+    assert LaserEncoder.from_pretrained(path, engine="auto").engine == "torch"
+
+
+def test_engine_choice_and_refusals():
+    sentences = ["Hello world.", "Where is the station?", "I do not know what you mean by that, my friend."]
+    auto = LaserEncoder.from_pretrained(DEFAULT_MODEL, engine="auto")
+    torch_encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL)  # the Python API's default stays PyTorch
+    assert (auto.engine, torch_encoder.engine) == ("numpy", "torch")
+    np.testing.assert_allclose(auto.encode(sentences, lang="en"), torch_encoder.encode(sentences, lang="en"),
+                               rtol=0, atol=1e-5)
+    normalized = auto.encode(sentences, lang="en", normalize_embeddings=True)
+    np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1, rtol=1e-6)
+    np.testing.assert_allclose(normalized, torch_encoder.encode(sentences, lang="en", normalize_embeddings=True),
+                               rtol=0, atol=1e-6)
+    assert isinstance(auto.encode(sentences, lang="en", convert_to="torch"), torch.Tensor)
+    # identities differ by the engine only (a manifest never resumes one engine's rows with the other's)
+    a, t = auto.model_identity(), torch_encoder.model_identity()
+    assert a.pop("engine") == "numpy" and "engine" not in t and a == t
+    for kwargs, reason in (({"dtype": torch.bfloat16}, "float32 only"), ({"quantize": "int8"}, "no quantisation"),
+                           ({"device": "meta"}, "CPU only")):
+        with pytest.raises(ValueError, match=reason):
+            LaserEncoder.from_pretrained(DEFAULT_MODEL, engine="numpy", **kwargs)
+        assert LaserEncoder.from_pretrained(DEFAULT_MODEL, engine="auto", **kwargs).engine == "torch"
+    with pytest.raises(ValueError, match="engine must be one of"):
+        LaserEncoder.from_pretrained(DEFAULT_MODEL, engine="jax")
+    with pytest.raises(ValueError, match="engine='torch' to use another device"):
+        auto.encode(sentences, lang="en", device="meta")
+
+
+def run_cli(*args, env=None):
+    code = ("import sys\nfrom hf_laser.cli import main\nrc = main(sys.argv[1:])\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\nsys.exit(rc)")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+
+
+def test_command_line_embeds_without_torch_and_records_the_engine(tmp_path):
+    text = tmp_path / "in.txt"
+    text.write_text("Hello world.\nWhere is the station?\nHello world.\n\nI am hungry.\n", encoding="utf-8")
+    out_numpy, out_torch = tmp_path / "numpy.npy", tmp_path / "torch.npy"
+    result = run_cli("embed", "--lang", "en", "-i", str(text), "-o", str(out_numpy), "-q")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "NO-TORCH"
+    manifest = json.loads(out_numpy.with_name("numpy.npy.manifest.json").read_text())
+    assert manifest["identity"]["engine"] == "numpy"
+    result = run_cli("embed", "--lang", "en", "-i", str(text), "-o", str(out_torch), "-q", "--engine", "torch")
+    assert result.returncode == 0 and result.stdout.strip() == "TORCH", result.stderr
+    assert "engine" not in json.loads(out_torch.with_name("torch.npy.manifest.json").read_text())["identity"]
+    np.testing.assert_allclose(np.load(out_numpy), np.load(out_torch), rtol=0, atol=1e-5)
+    # an output of one engine is recomputed, not reused, by the other (and says why)
+    result = run_cli("embed", "--lang", "en", "-i", str(text), "-o", str(out_numpy), "-q", "--engine", "torch")
+    assert result.returncode == 0 and "engine" in result.stderr and "recomputing" in result.stderr, result.stderr
+    result = run_cli("embed", "--lang", "en", "-i", str(text), "-o", str(out_numpy), "-q", "--engine", "numpy",
+                     "--int8")
+    assert result.returncode == 2 and "--engine numpy computes float32 on the CPU only" in result.stderr
