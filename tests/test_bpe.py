@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import BPE_CODES, BPE_VOCAB, LASER2, REFERENCE, SHARED, require_shared
 
-from hf_laser.bpe import FastBPE, split_symbols
+from hf_laser.bpe import FastBPE, read_codes, read_vocab, split_symbols
 from hf_laser.tokenization_laser import read_lines as stream_lines
 
 TATOEBA_RAW = SHARED / "data" / "tatoeba" / "v1"
@@ -100,6 +100,23 @@ def test_decompose_semantics_on_toy_codes(tmp_path):
     # rank order: (a, b) before (b, c); all occurrences of the best pair merge in one pass
     assert FastBPE(codes).apply_word("ababc") == "ab@@ abc"
     assert FastBPE(codes).apply("bc  bcb") == "b@@ c  bc@@ b"
+
+
+def test_codes_and_vocab_files_are_split_like_fastbpe(tmp_path):
+    """Fields split on ' ' only, empty fields and empty lines skipped, a CR or tab kept in its field; a line with
+    the wrong number of fields is an error naming the file and line."""
+    codes = tmp_path / "codes"
+    codes.write_bytes(b"a b 9\n\n  ab  c</w>   8 \nb\tc d\r 7\n \n")
+    assert read_codes(codes) == [("a", "b"), ("ab", "c</w>"), ("b\tc", "d\r")]
+    vocab = tmp_path / "vocab"
+    vocab.write_bytes(b"a@@ 5\nb@@  4\n\n\xc3\xa9 3")  # no final newline; a UTF-8 token
+    assert read_vocab(vocab) == {"a@@": 5, "b@@": 4, "\u00e9": 3}
+    vocab.write_bytes(b"a@@ 5\nb@@ 4 extra\n")
+    with pytest.raises(ValueError, match=r"vocab:2: expected 'token count', got 'b@@ 4 extra'"):
+        read_vocab(vocab)
+    codes.write_bytes(b"a b 9\nab\n")
+    with pytest.raises(ValueError, match=r"codes:2: expected 'left right count'"):
+        read_codes(codes)
 
 
 def test_split_symbols_follows_utf8_lead_bytes():

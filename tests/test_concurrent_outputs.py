@@ -9,10 +9,12 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import REPO, SHARED, fra_file, read_lines, require_shared
 
 from hf_laser import mining as M
@@ -55,6 +57,18 @@ if what == "cache":
     np.save(result, np.array(EmbeddingCache(enc, cache_dir, show_progress=False).embed_file(src, "fr")))
 """
 
+
+
+@contextmanager
+def one_torch_thread():
+    """PyTorch on one thread, like the runs this file starts (its LSTM's last bits depend on the thread count; under
+    xdist, conftest already sets one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -136,7 +150,8 @@ def test_two_encode_file_calls_on_one_output(tiny_model_dir, encoder, src, tmp_p
     runs.finish(first)
     ref_dir = tmp_path / "ref"
     ref_dir.mkdir()
-    ref = np.array(encoder.encode_file(src, ref_dir / "cc.npy", lang="fr", chunk_lines=20))
+    with one_torch_thread():  # as the runs (OMP_NUM_THREADS=1): PyTorch's LSTM bits depend on its thread count
+        ref = np.array(encoder.encode_file(src, ref_dir / "cc.npy", lang="fr", chunk_lines=20))
     assert np.load(out).tobytes() == ref.tobytes()
     assert (tmp_path / "cc.npy.manifest.json").exists()
     # in one process the lock is reentrant; another holder is named
@@ -175,7 +190,8 @@ def test_two_embed_shards_runs_on_one_shard(tiny_model_dir, encoder, src, tmp_pa
     runs.refused(runs.start(*cmd), first, shards / f"{name}.npy")
     runs.finish(first)
     ref = tmp_path / "ref"
-    M.embed_shards(encoder, src, ref, "fr", rank=0, world_size=1, num_shards=2)
+    with one_torch_thread():
+        M.embed_shards(encoder, src, ref, "fr", rank=0, world_size=1, num_shards=2)
     for s in range(2):
         shard = f"{M.embedding_key(src, 'fr')}.shard{s:05d}-of-00002.npy"
         assert np.load(shards / shard).tobytes() == np.load(ref / shard).tobytes()

@@ -105,6 +105,65 @@ def test_batch_order_and_threads(tmp_path):
         NumpyLaserBiLSTM.from_directory(path, threads=0)
 
 
+def test_token_table_shared_by_batches(tmp_path):
+    """A table of the first layer's projections computed once for many batches gives PyTorch's embeddings to
+    round-off; a table without a token of the batch, or with ids outside the vocabulary, is an error."""
+    path = save_plain(tmp_path, num_layers=2)
+    model = NumpyLaserBiLSTM.from_directory(path)
+    sentences = random_sentences(120, seed=9) + [[1, 7, 2], [2]]
+    table = model.token_table([t for s in sentences for t in s])
+    assert list(table.tokens) == sorted({t for s in sentences for t in s})
+    assert model.token_table_bytes(len(table.tokens)) == sum(p.nbytes for p in table.projections)
+    expected = torch_pooled(path, sentences)
+    for rows in (slice(0, 50), slice(50, None)):  # two batches, one table
+        batch = sentences[rows]
+        ids = np.full((len(batch), max(map(len, batch))), 1, np.int64)
+        for i, s in enumerate(batch):
+            ids[i, :len(s)] = s
+        got = model.pooled(ids, np.array([len(s) for s in batch]), table)
+        np.testing.assert_allclose(got, expected[rows], rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="does not hold every token"):
+        model.pooled(np.array([[4, 39, 2]]), np.array([3]), model.token_table([4, 2]))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.token_table([3, 40])
+
+
+def test_interrupted_chunk_resumes_bit_identical(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """An encode_file interrupted inside a chunk resumes with only the batches not saved, and the rows are the
+    same bits as an uninterrupted run: the shared token table is computed from the whole chunk either way."""
+    import hf_laser.encoder as E
+    import hf_laser.outputs as O
+
+    encoder = LaserEncoder.from_pretrained(tiny_model_dir, engine="numpy")
+    lines = read_lines(REFERENCE / "tatoeba" / "tatoeba.fra-eng.fra.bpe")[:120]
+    src = tmp_path / "in.bpe"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fresh = np.array(encoder.encode_file(src, tmp_path / "fresh.npy", pretokenized=True, max_tokens=200))
+    monkeypatch.setattr(E, "PROGRESS_SAVE_S", 0.0)
+    real_save, saves = O.ResumableWriter.save_chunk_part, {"n": 0}
+
+    def save_then_interrupt(*a, **k):
+        real_save(*a, **k)
+        saves["n"] += 1
+        if saves["n"] == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(O.ResumableWriter, "save_chunk_part", save_then_interrupt)
+    out = tmp_path / "out.npy"
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode_file(src, out, pretokenized=True, max_tokens=200)
+    monkeypatch.setattr(O.ResumableWriter, "save_chunk_part", real_save)
+    batches, real_pooled = [], encoder.model.pooled
+    monkeypatch.setattr(encoder.model, "pooled", lambda *a, **k: batches.append(1) or real_pooled(*a, **k))
+    capsys.readouterr()
+    got = np.array(encoder.encode_file(src, out, pretokenized=True, max_tokens=200))
+    assert "resuming" in capsys.readouterr().err
+    plan = E.plan_batches([len(s) for s in dict.fromkeys(map(tuple, encoder.token_ids(lines, pretokenized=True)))],
+                          200)
+    assert len(plan) > 4 and len(batches) == len(plan) - 3
+    assert got.tobytes() == fresh.tobytes()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_files_widen_exactly_and_hash_like_torch(tmp_path, dtype):
     path = save_plain(tmp_path, dtype=dtype)

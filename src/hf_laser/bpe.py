@@ -83,14 +83,16 @@ def _read_fields(path: str | os.PathLike, n_fields: int, what: str) -> Iterator[
     """The non-empty lines of a fastBPE text file split on ``' '`` (empty fields skipped, like fastBPE's ``split``),
     each checked to have ``n_fields`` fields."""
     with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.rstrip("\n")
-            fields = [f for f in line.split(" ") if f]
+        text = fh.read()  # one read and split: a third of the time of reading line by line (start-up of a command)
+    for lineno, line in enumerate(text.split("\n"), 1):
+        fields = line.split(" ")
+        if len(fields) != n_fields or "" in fields:  # rare: repeated, leading or trailing spaces, or a bad line
+            fields = [f for f in fields if f]
             if not fields:
                 continue
             if len(fields) != n_fields:
                 raise ValueError(f"{path}:{lineno}: expected '{what}', got {line!r}")
-            yield fields
+        yield fields
 
 
 def split_symbols(word: str) -> list[str]:
