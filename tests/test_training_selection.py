@@ -272,6 +272,12 @@ def test_model_card_names_every_stage_of_a_continued_run(tmp_path):
     assert "three stages" in text and "`runs/y/final`" in text
     assert text.index("stage1.yaml") < text.index("stage2.yaml") < text.index("stage3.yaml")
     assert text.count("Adam lr 0.002 (linear decay over 10,000 steps)") == 2  # stage 2 keeps stage 1's schedule
+    # a stage whose schedule ran over minutes (a GPU session's) names them, not a step count it did not have
+    (tmp_path / "gpu.yaml").write_text(yaml.safe_dump({"base": "stage2.yaml", "training": {
+        "init_from": "m", "max_steps": None, "max_minutes": 8.5, "lr_schedule_over": "minutes"}}))
+    (tmp_path / "gpu2.yaml").write_text(yaml.safe_dump({"base": "gpu.yaml"}))
+    text = recipe_text({"training": {"init_from": "runs/z/final"}}, str(tmp_path / "gpu2.yaml"))
+    assert "four stages" in text and "Adam lr 0.002 (linear decay over 8.5 minutes)" in text
     # a run continued from the shipped directory itself says so: once exported, that directory holds the new model
     from training.export_default_model import DEST, step0_text
 

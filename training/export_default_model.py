@@ -193,7 +193,7 @@ def tatoeba_split(cfg: dict) -> dict | None:
 LAUNCH = "accelerate launch --config_file training/accelerate_configs/cpu.yaml training/train.py"
 
 
-STAGE_COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
+STAGE_COUNT = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 
 
 def run_dir_of(recipe: str) -> str:
@@ -234,9 +234,11 @@ def recipe_text(cfg: dict, recipe: str, dest: Path = DEST) -> str:
         st = stage["training"]
         launch = (f" (`{LAUNCH} --config {name(path)} --output-dir {run_dir_of(name(path))}`)" if k == 0
                   else ", from that encoder" + widened(stages[k - 1][1]["model"], stage["model"], st))
+        over = (f"over {st['max_minutes']:g} minutes" if st.get("lr_schedule_over") == "minutes"
+                else f"over {st['max_steps']:,} steps")
         parts.append(f"{'First' if k == 0 else 'Then'} `{name(path)}`{launch}: directions sampled with temperature "
                      f"{stage['batching']['temperature']}, Adam lr {st['learning_rate']} ({st['lr_scheduler']} decay "
-                     f"over {st['max_steps']:,} steps).")
+                     f"{over}).")
     count = STAGE_COUNT.get(len(stages) + 1, str(len(stages) + 1))
     before = stages[-1][1]["model"]
     return (f"Trained in {count} stages. " + " ".join(parts) + f" Then `{recipe}`, this run, from that encoder "
