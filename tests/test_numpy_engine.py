@@ -124,6 +124,8 @@ def test_token_table_shared_by_batches(tmp_path):
         np.testing.assert_allclose(got, expected[rows], rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="does not hold every token"):
         model.pooled(np.array([[4, 39, 2]]), np.array([3]), model.token_table([4, 2]))
+    with pytest.raises(ValueError, match="does not hold every token"):
+        model.pooled(np.array([[4, 2]]), np.array([2]), model.token_table([]))
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model.token_table([3, 40])
 
@@ -161,6 +163,19 @@ def test_interrupted_chunk_resumes_bit_identical(tiny_model_dir, tmp_path, monke
     plan = E.plan_batches([len(s) for s in dict.fromkeys(map(tuple, encoder.token_ids(lines, pretokenized=True)))],
                           200)
     assert len(plan) > 4 and len(batches) == len(plan) - 3
+    assert got.tobytes() == fresh.tobytes()
+    # rows saved by another revision of the engine's arithmetic are not resumed: the run starts over, saying why
+    out.unlink()
+    monkeypatch.setattr(NumpyLaserBiLSTM, "numerics_revision", 1)
+    saves["n"] = 0
+    monkeypatch.setattr(O.ResumableWriter, "save_chunk_part", save_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode_file(src, out, pretokenized=True, max_tokens=200)
+    monkeypatch.undo()
+    capsys.readouterr()
+    got = np.array(encoder.encode_file(src, out, pretokenized=True, max_tokens=200))
+    err = capsys.readouterr().err
+    assert f"NumPy engine revision 1 -> {NumpyLaserBiLSTM.numerics_revision}" in err and "starting over" in err, err
     assert got.tobytes() == fresh.tobytes()
 
 
@@ -206,7 +221,8 @@ def test_engine_choice_and_refusals():
     assert isinstance(auto.encode(sentences, lang="en", convert_to="torch"), torch.Tensor)
     # identities differ by the engine only (a manifest never resumes one engine's rows with the other's)
     a, t = auto.model_identity(), torch_encoder.model_identity()
-    assert a.pop("engine") == "numpy" and "engine" not in t and a == t
+    assert a.pop("engine") == "numpy" and "engine" not in t
+    assert a.pop("engine_revision") == NumpyLaserBiLSTM.numerics_revision and a == t
     for kwargs, reason in (({"dtype": torch.bfloat16}, "float32 only"), ({"quantize": "int8"}, "no quantisation"),
                            ({"device": "meta"}, "CPU only")):
         with pytest.raises(ValueError, match=reason):

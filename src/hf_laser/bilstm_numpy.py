@@ -150,6 +150,11 @@ class NumpyLaserBiLSTM:
             same bits with 1 or 2.
     """
 
+    # Which arithmetic this engine does: raised whenever a change moves its last bits (2: the first layer's projections
+    # shared by a chunk's batches). Part of an embedding's identity, so that a file is never resumed with rows of
+    # another revision.
+    numerics_revision = 2
+
     def __init__(self, config, state: dict[str, np.ndarray], threads: int | None = None):
         self.config = config
         self._state = state
@@ -241,7 +246,8 @@ class NumpyLaserBiLSTM:
         else:
             local = np.zeros_like(tokens)
             local[running] = np.searchsorted(table.tokens, tokens[running])
-            if not np.array_equal(table.tokens[np.minimum(local, len(table.tokens) - 1)][running], tokens[running]):
+            if not len(table.tokens) or not np.array_equal(
+                    table.tokens[np.minimum(local, len(table.tokens) - 1)][running], tokens[running]):
                 raise ValueError("the token table does not hold every token of the batch")
         reading = [(forward, local), (backward, np.take_along_axis(local, backward, axis=1))]
         hidden = self.config.hidden_size

@@ -264,9 +264,10 @@ class LaserEncoder:
         return {"model": self._model_sha256, "tokenizer": self._tokenizer_sha256,
                 "model_dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
                 "quantize": self.quantize,
-                # the engines agree to round-off, not to the bit: a resume never mixes them (absent for torch, so
-                # the manifests written before the NumPy engine stay valid)
-                **({"engine": self.engine} if self.engine != "torch" else {})}
+                # the engines, and the NumPy engine's revisions, agree to round-off, not to the bit: a resume never
+                # mixes them (absent for torch, so the manifests written before the NumPy engine stay valid)
+                **({"engine": self.engine, "engine_revision": self.model.numerics_revision}
+                   if self.engine != "torch" else {})}
 
     def _move_to(self, device) -> None:
         """Moves the model to `device`; a device it cannot run on (`meta`, a missing GPU) is a ValueError and the

@@ -201,7 +201,7 @@ _IDENTITY_LABELS = {
     "tokenizer": "tokenizer (sha256)", "model_dtype": "model dtype", "quantize": "quantisation",
     "output_dtype": "output dtype", "normalize": "normalize", "max_tokens": "max_tokens",
     "batch_size": "batch_size", "chunk_lines": "chunk_lines", "max_sentence_tokens": "max_sentence_tokens",
-    "engine": "engine",
+    "engine": "engine", "engine_revision": "NumPy engine revision",
 }
 
 
