@@ -144,7 +144,7 @@ def test_meta_device_leaves_the_encoder_usable(encoder):
 
 
 # ------------------------------------------------------------------------------------------------ item 6
-@pytest.mark.parametrize("lang", ["french", "fr,en", "123", "../etc"])
+@pytest.mark.parametrize("lang", ["francais", "fr,en", "123", "../etc"])  # (english names such as "french" are languages)
 def test_bad_language_argument_is_one_line(tiny_model_dir, fr, tmp_path, capsys, lang):
     assert embed("--model", tiny_model_dir, "--lang", lang, "-i", fr, "-o", tmp_path / "o.npy") == 2
     one_error(capsys, f"hf-laser embed: error: --lang {lang!r} is not a language code")

@@ -56,6 +56,34 @@ class LaserConfig(PretrainedConfig):
             Whether [`LaserForSequenceClassification`] keeps the encoder frozen (the paper's zero-shot setting).
         pad_token_id / bos_token_id / eos_token_id / unk_token_id (`int`):
             Ids of `<pad>`, `<s>`, `</s>`, `<unk>` in the LASER dictionary (1, 0, 2, 3).
+        encoder_type (`str`, *optional*, defaults to `"bilstm"`):
+            `"bilstm"` (LASER1, LASER2, laser-mini and LASER3's BiLSTM students) or `"transformer"` (LASER3's
+            transformer students: fairseq's `TransformerEncoder`, see `transformer.py`). For a transformer,
+            `embed_dim` is the model width, `num_layers` the number of layers, the sentence embedding has `embed_dim`
+            dimensions, and `hidden_size` / `bidirectional` / `padding_value` are unused.
+        attention_heads (`int`, *optional*, defaults to 16), ffn_dim (`int`, *optional*, defaults to 4096):
+            Transformer only: attention heads and feed-forward width (fairseq's `encoder_attention_heads`,
+            `encoder_ffn_embed_dim`).
+        normalize_before (`bool`, *optional*, defaults to `False`):
+            Transformer only: layer norm before each block (pre-norm) instead of after it (fairseq's default).
+        position_embedding_type (`str`, *optional*, defaults to `"sinusoidal"`):
+            Transformer only: `"sinusoidal"`, `"learned"` (fairseq's `encoder_learned_pos`) or `"none"`.
+        max_positions (`int`, *optional*, defaults to 1024):
+            Transformer only: fairseq's `max_source_positions` (the length limit of learned positions).
+        scale_embedding (`bool`, *optional*, defaults to `True`):
+            Transformer only: token embeddings multiplied by `sqrt(embed_dim)` (fairseq's `no_scale_embedding` off).
+        layernorm_embedding (`bool`, *optional*, defaults to `False`), final_layer_norm (`bool`, *optional*,
+            defaults to `False`):
+            Transformer only: a layer norm after the embeddings; one after the last layer.
+        activation_function (`str`, *optional*, defaults to `"relu"`), attention_dropout / activation_dropout
+            (`float`, *optional*, default to 0.0), layer_norm_eps (`float`, *optional*, defaults to 1e-5):
+            Transformer only.
+        pooling (`str`, *optional*, defaults to `"max"`):
+            Transformer only: the sentence embedding is the max over the tokens (`"max"`, LASER3's `maxpool`) or the
+            output at `<s>` (`"cls"`, which needs `prepend_bos`).
+        prepend_bos (`bool`, *optional*, defaults to `False`):
+            Transformer only: the model puts `<s>` in front of every sentence it is given (input ids stay what every
+            LASER tokenizer gives: pieces + `</s>`), as LASER3's `SentenceEncoder` does.
 
     Example:
 
@@ -94,10 +122,25 @@ class LaserConfig(PretrainedConfig):
         bos_token_id: int = 0,
         eos_token_id: int = 2,
         unk_token_id: int = 3,
+        encoder_type: str = "bilstm",
+        attention_heads: int = 16,
+        ffn_dim: int = 4096,
+        normalize_before: bool = False,
+        position_embedding_type: str = "sinusoidal",
+        max_positions: int = 1024,
+        scale_embedding: bool = True,
+        layernorm_embedding: bool = False,
+        final_layer_norm: bool = False,
+        activation_function: str = "relu",
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        layer_norm_eps: float = 1e-5,
+        pooling: str = "max",
+        prepend_bos: bool = False,
         **kwargs,
     ):
         check_laser_config_values(dict(classifier_mode=classifier_mode, vocab_size=vocab_size, embed_dim=embed_dim,
-                                       hidden_size=hidden_size, num_layers=num_layers))
+                                       hidden_size=hidden_size, num_layers=num_layers, encoder_type=encoder_type))
         self.vocab_size = vocab_size
         self.embed_dim = embed_dim
         self.hidden_size = hidden_size
@@ -119,11 +162,29 @@ class LaserConfig(PretrainedConfig):
         self.classifier_dropout = classifier_dropout
         self.freeze_encoder = freeze_encoder
         self.unk_token_id = unk_token_id
+        self.encoder_type = encoder_type
+        self.attention_heads = attention_heads
+        self.ffn_dim = ffn_dim
+        self.normalize_before = normalize_before
+        self.position_embedding_type = position_embedding_type
+        self.max_positions = max_positions
+        self.scale_embedding = scale_embedding
+        self.layernorm_embedding = layernorm_embedding
+        self.final_layer_norm = final_layer_norm
+        self.activation_function = activation_function
+        self.attention_dropout = attention_dropout
+        self.activation_dropout = activation_dropout
+        self.layer_norm_eps = layer_norm_eps
+        self.pooling = pooling
+        self.prepend_bos = prepend_bos
         super().__init__(
             pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs
         )
 
     @property
     def embedding_dim(self) -> int:
-        """Dimension of the sentence embedding (`2 * hidden_size` for a bidirectional encoder)."""
+        """Dimension of the sentence embedding (`2 * hidden_size` for a bidirectional encoder, `embed_dim` for a
+        transformer)."""
+        if self.encoder_type == "transformer":
+            return self.embed_dim
         return self.hidden_size * (2 if self.bidirectional else 1)

@@ -4,12 +4,19 @@ Usage::
 
     hf-laser convert bilstm.93langs.2018-12-26.pt laser-93langs --bpe-codes 93langs.fcodes --bpe-vocab 93langs.fvocab
     hf-laser convert laser2.pt laser2 --spm-model laser2.spm --spm-vocab laser2.cvocab
+    hf-laser convert laser3-wol_Latn.v1.pt laser3-wol_Latn --spm-model laser2.spm --spm-vocab laser2.cvocab
     hf-laser convert CHECKPOINT OUT_DIR --no-tokenizer        # dictionary only: pre-tokenized input
     python -m hf_laser.convert CHECKPOINT OUT_DIR ...    # = hf-laser convert (hf_laser/commands/convert.py)
 
 Before anything is written the converter checks that the checkpoint file is intact (zip CRCs), that its
 `params` / `dictionary` / weights are well formed and finite, and that the subword files belong to the checkpoint
 (their vocabulary is the checkpoint's dictionary). A non-empty OUT_DIR is only replaced with `--overwrite`.
+
+LASER3 (NLLB's per-language students): the BiLSTM ones have LASER2's format and convert as LASER2; the transformer
+ones (`cfg` + `model`, read as data by [`~fairseq_checkpoint.load_fairseq_checkpoint`], no fairseq needed) take their
+dictionary from the `.cvocab` (`--spm-vocab`, required: the student's own, or `laser2.cvocab` for students without
+one, as laser_encoders does) and their SentencePiece model from `--spm-model`; the tokenizer is laser_encoders'
+`LaserTokenizer` (LASER2's preprocessing with English punctuation rules for every language).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import sys
 import tempfile
 import zipfile
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -352,6 +360,7 @@ def convert(
     model_card: bool = True,
     no_tokenizer: bool = False,
     overwrite: bool = False,
+    language: str | None = None,
 ) -> Path:
     """Converts an original LASER checkpoint into a Hugging Face directory.
 
@@ -368,6 +377,8 @@ def convert(
             CLI's `--no-tokenizer`. By default BPE or SentencePiece files are required: without them `convert`
             raises `ValueError` (a directory without tokenizer only fails later, on the first raw text).
         overwrite: replace a non-empty `out_dir`.
+        language: the FLORES-200 code of a LASER3 student's language, recorded as `language` in `config.json` (a
+            model set routes that language to it); default: read from a file name `laser3-LANG.v1.pt`.
 
     Returns:
         The output directory, loadable with `AutoModel.from_pretrained` and `AutoTokenizer.from_pretrained`.
@@ -395,13 +406,20 @@ def convert(
             raise FileNotFoundError(f"file not found: {f}")
     out_dir = Path(out_dir)
     _check_out_dir(out_dir, overwrite)
+    language = student_language(checkpoint_path, language)
+    if bpe and is_laser3_file(checkpoint_path):
+        raise ValueError(f"{checkpoint_path} is a LASER3 transformer checkpoint: it takes SentencePiece files "
+                         "(--spm-model, --spm-vocab), not BPE ones")
+    if spm and is_laser3_file(checkpoint_path):
+        return _convert_laser3(Path(checkpoint_path), out_dir, spm_model=spm_model, spm_vocab=spm_vocab,
+                               model_card=model_card, no_tokenizer=no_tokenizer, language=language)
 
     checkpoint = load_laser_checkpoint(checkpoint_path)
     check_tokenizer_files(checkpoint["dictionary"], bpe_vocab=bpe_vocab, spm_model=spm_model, spm_vocab=spm_vocab)
     model = model_from_checkpoint(checkpoint)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    if language is not None:
+        model.config.language = language
+    with _staged_directory(out_dir) as tmp_dir:
         model.save_pretrained(tmp_dir)
         if bpe or spm:
             save_tokenizer_files(
@@ -421,16 +439,129 @@ def convert(
 
             write_model_card(
                 tmp_dir,
+                model_name=out_dir.name,
                 base_model=Path(checkpoint_path).name,
                 tokenizer="SentencePiece (LASER2)" if spm else "Moses + fastBPE (LASER1)" if bpe
                 else "none (dictionary only)",
             )
+    return out_dir
+
+
+def is_laser3_file(path: str | Path) -> bool:
+    """Whether the file is a LASER3 transformer checkpoint: its configuration is an `argparse.Namespace` or omegaconf
+    objects (laser_encoders reads `cfg["model"]` by attribute, so every LASER3 checkpoint it loads has one), which a
+    LASER1/2 checkpoint never holds. Reads the pickle's global names only, without unpickling."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    verify_zip_crc(path)
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    except Exception:  # noqa: BLE001 - not a torch file: load_laser_checkpoint says so
+        return False
+    return any(n == "argparse.Namespace" or n.startswith(("omegaconf.", "fairseq.")) for n in names)
+
+
+LASER3_FILE_NAME = re.compile(r"^laser3-([a-z]{3}_[A-Z][a-z]{3})\.v\d+\.pt$")
+
+
+def student_language(checkpoint_path, language: str | None) -> str | None:
+    """The FLORES-200 code to record for a student: `language` checked, else read from a `laser3-LANG.v1.pt` file
+    name, else None (a LASER1/2 model: the default of a model set)."""
+    from .languages import flores_codes, is_flores_code
+
+    if language is None:
+        match = LASER3_FILE_NAME.match(Path(checkpoint_path).name)
+        return match.group(1) if match and is_flores_code(match.group(1)) else None
+    codes = flores_codes(language)
+    if len(codes) != 1:
+        raise ValueError(f"--language {language!r} names {'no' if not codes else 'more than one'} FLORES-200 "
+                         f"language{': ' + ', '.join(codes) if codes else ''}; give its FLORES-200 code (e.g. wol_Latn)")
+    return codes[0]
+
+
+def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_card: bool, no_tokenizer: bool,
+                    language: str | None) -> Path:
+    """`convert` for a LASER3 transformer checkpoint (see the module docstring)."""
+    from .fairseq_checkpoint import (
+        EXPECTED_FORMAT,
+        NotALaser3Checkpoint,
+        encoder_state,
+        fairseq_dictionary,
+        laser3_model_config,
+        load_fairseq_checkpoint,
+    )
+
+    if spm_vocab is None:
+        raise ValueError(f"{path} is a LASER3 transformer checkpoint: its dictionary is the .cvocab that comes with "
+                         "it (--spm-vocab; laser2.cvocab for students without their own, as laser_encoders uses)")
+    try:
+        checkpoint = load_fairseq_checkpoint(path)
+        if "model" not in checkpoint or "cfg" not in checkpoint:
+            raise NotALaser3Checkpoint(f"{path} is not {EXPECTED_FORMAT}; found {sorted(checkpoint)}")
+        state = encoder_state(path, checkpoint["model"])
+        values = laser3_model_config(path, checkpoint["cfg"], state)
+    except NotALaser3Checkpoint as err:  # the converter's one error type for a checkpoint it cannot take
+        raise NotALaserCheckpoint(str(err)) from None
+    _check_state(path, state)
+    with_mask = any(k in checkpoint["model"] for k in ("encoder.layer_norm.weight", "layer_norm.weight"))
+    try:
+        dictionary = fairseq_dictionary(spm_vocab, with_mask)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise TokenizerMismatch(f"{spm_vocab} is not a fairseq dictionary ('piece count' lines): {err}") from err
+    if len(dictionary) != values["vocab_size"]:
+        raise TokenizerMismatch(
+            f"{spm_vocab} gives a dictionary of {len(dictionary)} entries (<s> <pad> </s> <unk>, its pieces"
+            f"{', <mask>' if with_mask else ''}) but the checkpoint's embeddings have {values['vocab_size']} rows: "
+            "the original would fail to load it with this file. Give the .cvocab that came with this checkpoint "
+            "(laser2.cvocab for students without their own)")
+    config = LaserConfig(**values, **({"language": language} if language else {}))
+    model = LaserModel(config)
+    expected = model.state_dict()
+    unexpected, missing = sorted(set(state) - set(expected)), sorted(set(expected) - set(state))
+    if unexpected or missing:
+        raise NotALaserCheckpoint(f"{path}: the weights do not match the configuration (as the original would load "
+                                  f"them): missing {missing[:8]}, unexpected {unexpected[:8]}")
+    for key, tensor in state.items():
+        if tensor.shape != expected[key].shape:
+            raise NotALaserCheckpoint(f"{path}: {key} has shape {tuple(tensor.shape)}, the configuration asks for "
+                                      f"{tuple(expected[key].shape)}")
+    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    model.eval()
+    with _staged_directory(out_dir) as tmp_dir:
+        model.save_pretrained(tmp_dir)
+        if spm_model is not None and not no_tokenizer:
+            from .tokenization_laser import LaserTokenizer
+
+            # laser_encoders' LaserTokenizer normalises punctuation with English rules whatever the language
+            LaserTokenizer.from_laser_files(dictionary, spm_model=Path(spm_model), laser2_punct_lang="en") \
+                .save_pretrained(tmp_dir)
+            shutil.copyfile(spm_vocab, tmp_dir / "spm.cvocab")
+        else:
+            with open(tmp_dir / "vocab.json", "w", encoding="utf-8") as f:
+                json.dump(dictionary, f, ensure_ascii=False)
+        if model_card:
+            from .model_card import write_model_card
+
+            write_model_card(tmp_dir, model_name=out_dir.name, base_model=path.name,
+                             tokenizer="SentencePiece (LASER3, laser_encoders' LaserTokenizer)" if spm_model
+                             else "none (dictionary only)")
+    return out_dir
+
+
+@contextmanager
+def _staged_directory(out_dir: Path):
+    """A temporary directory beside `out_dir` to write the conversion into; moved into place (with the umask's
+    permissions) when the block ends without an error, removed otherwise: a failed conversion leaves nothing."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        yield tmp_dir
         _apply_umask(tmp_dir)
         _replace_dir(tmp_dir, out_dir)
     finally:
         if tmp_dir.exists():
             shutil.rmtree(tmp_dir, ignore_errors=True)
-    return out_dir
 
 
 def _apply_umask(directory: Path) -> None:

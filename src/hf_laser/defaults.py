@@ -7,3 +7,4 @@ DEFAULT_MAX_TOKENS = 12000  # the original SentenceEncoder's token budget per ba
 # with torch 2.13 at 1-8 threads), and memory grows with the length; 100k keeps hidden sizes up to 1024 clear of it.
 DEFAULT_MAX_SENTENCE_TOKENS = 100_000
 DEFAULT_CHUNK_LINES = 100_000  # lines `encode_file` holds in memory at a time
+MODEL_SET_FILE = "laser_model_set.json"  # the file that makes a directory a model set (model_set.py)

@@ -159,7 +159,9 @@ class LaserEncoder:
 
         Args:
             path: local directory or Hub repo id; None: the model shipped with the package
-                (`hf_laser.DEFAULT_MODEL`, laser-mini), announced once on stderr.
+                (`hf_laser.DEFAULT_MODEL`, laser-mini), announced once on stderr. A model set (a directory with
+                `laser_model_set.json`, or a list of model directories: LASER2 and LASER3 students) gives a
+                [`~model_set.RoutedLaserEncoder`], which embeds each sentence with the model of its language.
             device: where the model runs (default: CPU).
             dtype: model dtype (`torch.float32` default, also for a directory whose config names another dtype;
                 `torch.bfloat16`/`torch.float16` trade fidelity for speed).
@@ -184,6 +186,13 @@ class LaserEncoder:
         """
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
+        from .model_set import RoutedLaserEncoder, is_model_set
+
+        if isinstance(path, (list, tuple)) or is_model_set(path):
+            # LASER2 + LASER3 students: one encoder that embeds each sentence with the model of its language
+            return RoutedLaserEncoder.from_pretrained(path, cls.from_pretrained, device=device, dtype=dtype,
+                                                      quantize=quantize, torch_only=torch_only, engine=engine,
+                                                      **kwargs)
         path = resolve_model(path, who="LaserEncoder")
         if engine != "torch":
             why_not = _why_not_numpy(path, device, dtype, quantize, kwargs)

@@ -30,6 +30,7 @@ from .bilstm import (  # noqa: F401 (re-exported)
 )
 from .configuration_laser import LaserConfig
 from .integration_files import write_integration_files
+from .transformer import TransformerEncoderMixin
 
 
 
@@ -60,6 +61,21 @@ class LaserPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
+        if getattr(self.config, "encoder_type", "bilstm") == "transformer":
+            # fairseq's transformer: Xavier-uniform projections with zero biases, N(0, dim^-1/2) embeddings with a
+            # zero <pad> row, unit layer norms
+            if isinstance(module, nn.Linear):
+                init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                init.normal_(module.weight, mean=0.0, std=module.embedding_dim ** -0.5)
+                if module.padding_idx is not None:
+                    init.zeros_(module.weight[module.padding_idx])
+            elif isinstance(module, nn.LayerNorm):
+                init.ones_(module.weight)
+                init.zeros_(module.bias)
+            return
         # fairseq's LSTM models (which LASER was trained with) draw every weight from U(-0.1, 0.1).
         r = self.config.init_range
         if isinstance(module, (nn.LSTM, nn.Linear, nn.Embedding)):
@@ -260,9 +276,11 @@ def _laser_dtype_problems(path, kwargs: dict) -> list[str]:
     return [f"non-floating-point weights {_laser_names(bad)}"]
 
 
-class LaserModel(BiLSTMEncoderMixin, LaserPreTrainedModel):
+class LaserModel(BiLSTMEncoderMixin, TransformerEncoderMixin, LaserPreTrainedModel):
     r"""
-    The LASER encoder: token embeddings → multi-layer (Bi)LSTM from zero states → max-pool over time.
+    The LASER encoder: token embeddings → multi-layer (Bi)LSTM from zero states → max-pool over time; or, with
+    `config.encoder_type == "transformer"`, a LASER3 transformer student (fairseq's `TransformerEncoder`, see
+    `transformer.py`) → max-pool or `<s>`.
 
     `pooler_output` is the LASER sentence embedding. Padding can be on either side and the batch need not be sorted:
     sequences are packed by their true lengths (from `attention_mask`), exactly like the original
@@ -277,7 +295,10 @@ class LaserModel(BiLSTMEncoderMixin, LaserPreTrainedModel):
 
     def __init__(self, config: LaserConfig):
         super().__init__(config)
-        self.build_encoder(config)
+        if config.encoder_type == "transformer":
+            self.build_transformer_encoder(config)
+        else:
+            self.build_encoder(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -303,9 +324,14 @@ class LaserModel(BiLSTMEncoderMixin, LaserPreTrainedModel):
         Returns:
             [`~modeling_outputs.BaseModelOutputWithPooling`] with
             - `last_hidden_state` (`(batch_size, sequence_length, 2 * hidden_size)`): top-layer BiLSTM outputs at the
-              input positions; padded positions hold `config.padding_value`.
-            - `pooler_output` (`(batch_size, 2 * hidden_size)`): the sentence embeddings (max over time).
+              input positions; padded positions hold `config.padding_value`. For a transformer
+              `(batch_size, sequence_length (+ 1 with prepend_bos, <s> first), embed_dim)`, the last layer's outputs.
+            - `pooler_output` (`(batch_size, config.embedding_dim)`): the sentence embeddings (max over time, or the
+              output at `<s>` for a transformer with `pooling="cls"`).
         """
+        if self.config.encoder_type == "transformer":
+            out, pooled = self.encode_transformer_tokens(input_ids, attention_mask)
+            return BaseModelOutputWithPooling(last_hidden_state=out, pooler_output=pooled)
         out, pooled = self.encode_tokens(input_ids, attention_mask)
         return BaseModelOutputWithPooling(last_hidden_state=out, pooler_output=pooled)
 

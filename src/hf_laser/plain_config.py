@@ -34,11 +34,29 @@ LASER_CONFIG_DEFAULTS = {
     "bos_token_id": 0,
     "eos_token_id": 2,
     "unk_token_id": 3,
+    "encoder_type": "bilstm",
+    "attention_heads": 16,
+    "ffn_dim": 4096,
+    "normalize_before": False,
+    "position_embedding_type": "sinusoidal",
+    "max_positions": 1024,
+    "scale_embedding": True,
+    "layernorm_embedding": False,
+    "final_layer_norm": False,
+    "activation_function": "relu",
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "layer_norm_eps": 1e-5,
+    "pooling": "max",
+    "prepend_bos": False,
 }
+ENCODER_TYPES = ("bilstm", "transformer")
 
 
 def check_laser_config_values(values: dict) -> None:
     """The checks `LaserConfig` makes of its arguments (ValueError)."""
+    if values.get("encoder_type", "bilstm") not in ENCODER_TYPES:
+        raise ValueError(f"encoder_type must be one of {ENCODER_TYPES}, got {values['encoder_type']!r}")
     if values["classifier_mode"] not in ("single", "pair"):
         raise ValueError(f"classifier_mode must be 'single' or 'pair', got {values['classifier_mode']!r}")
     for name in ("vocab_size", "embed_dim", "hidden_size", "num_layers"):
@@ -79,7 +97,10 @@ class PlainLaserConfig:
 
     @property
     def embedding_dim(self) -> int:
-        """Dimension of the sentence embedding (`2 * hidden_size` for a bidirectional encoder)."""
+        """Dimension of the sentence embedding (`2 * hidden_size` for a bidirectional encoder, `embed_dim` for a
+        transformer)."""
+        if self.encoder_type == "transformer":
+            return self.embed_dim
         return self.hidden_size * (2 if self.bidirectional else 1)
 
     def to_dict(self) -> dict:

@@ -70,19 +70,26 @@ def slow_cpu_dtype_message(dtype, device) -> str | None:
 _LANG_CODE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
 
 
-def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> None:
-    """A language argument: `auto` or an ISO 639 code (`fr`, `fra`, `en-US`, `eng_Latn`); anything else is a
-    [`UsageError`] (`french`, `fr,en`, `123`, `../etc`). A well-formed code without LASER rules of its own is
-    accepted with one line on stderr (in place of the library's warning)."""
+def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | None:
+    """A language argument: `auto`, an ISO 639 code (`fr`, `fra`, `en-US`, `eng_Latn`) or a language's English name
+    as LASER3 lists them (`french`, `wolof`: returned as its FLORES-200 code, `fra_Latn`); anything else is a
+    [`UsageError`] (`fr,en`, `123`, `../etc`). A well-formed code without LASER rules of its own is accepted with one
+    line on stderr (in place of the library's warning). Returns the language to use."""
     from ..langid import is_auto
 
     if lang is None or is_auto(lang):
-        return
+        return lang
     if not lang.strip():
         raise UsageError(f"{flag} lang is an empty string: give a language code (en, fr, zh, ...) or auto")
     if not _LANG_CODE.match(lang):
-        raise UsageError(f"{flag} {lang!r} is not a language code: give one ISO 639 code (en, fr, zh, ...; en-US "
-                         "and eng_Latn work too), or auto to detect the language per sentence")
+        from ..languages import flores_codes
+
+        codes = flores_codes(lang)
+        if len(codes) == 1:
+            return codes[0]
+        raise UsageError(f"{flag} {lang!r} is not a language code{' of one language' if codes else ''}: give one "
+                         "ISO 639 code (en, fr, zh, ...; en-US and eng_Latn work too), a FLORES-200 code, a "
+                         "language name (french, wolof), or auto to detect the language per sentence")
     from ..preprocessing import _KNOWN_CODES, _warned_codes, normalize_lang
 
     code = normalize_lang(lang)
@@ -90,6 +97,7 @@ def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> None:
         _warned_codes.add(code)  # the library's UserWarning is replaced by this line
         print(f"{who}: note: no LASER preprocessing rules for language {lang!r}: using the Moses defaults (English "
               "non-breaking prefixes, generic punctuation rules)", file=sys.stderr)
+    return lang
 
 
 def check_device_arg(device: str | None) -> None:

@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spm-vocab", help="SentencePiece .cvocab (LASER2, e.g. laser2.cvocab)")
     parser.add_argument("--no-tokenizer", action="store_true",
                         help="convert without subword files: a dictionary-only directory for pre-tokenized input")
+    parser.add_argument("--language", default=None,
+                        help="LASER3 student: its language (FLORES-200 code, e.g. wol_Latn), recorded for model sets "
+                        "(default: read from a file name laser3-LANG.v1.pt)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     parser.add_argument("--no-model-card", action="store_true", help="do not write README.md")
 
@@ -36,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
             model_card=not args.no_model_card,
             no_tokenizer=bool(getattr(args, "no_tokenizer", False)),
             overwrite=bool(getattr(args, "overwrite", False)),
+            language=getattr(args, "language", None),
         )
     except (NotALaserCheckpoint, ValueError, OSError) as err:
         message = " ".join(str(err).split())  # one line

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from ..models import resolve_model
 
     # every argument is checked before the model is loaded or any file is created
-    check_lang_arg(args.lang, WHO)
+    args.lang = check_lang_arg(args.lang, WHO)
     check_device_arg(args.device)
     check_encoding_args(args)
     stdin = args.input in (None, "-")

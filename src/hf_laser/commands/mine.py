@@ -148,8 +148,8 @@ def run(args: argparse.Namespace) -> int:
     for p in (args.src, args.tgt):
         if not Path(p).is_file():
             raise FileNotFoundError(f"input file not found: {p}" if not Path(p).exists() else f"input {p} is not a file")
-    check_lang_arg(args.src_lang, WHO, "--src-lang")
-    check_lang_arg(args.tgt_lang, WHO, "--tgt-lang")
+    args.src_lang = check_lang_arg(args.src_lang, WHO, "--src-lang")
+    args.tgt_lang = check_lang_arg(args.tgt_lang, WHO, "--tgt-lang")
     check_device_arg(args.device)
     check_encoding_args(args)
     check_output_path(args.output)  # before minutes of work, not after

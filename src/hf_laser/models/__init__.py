@@ -76,6 +76,10 @@ def check_model_dir(model: str | os.PathLike) -> None:
     if not path.exists():
         return
     config = path / "config.json"
+    from ..defaults import MODEL_SET_FILE
+
+    if (path / MODEL_SET_FILE).is_file():  # a model set: its members are checked when they load
+        return
     if not config.is_file():
         raise UsageError(f"{s} is not a LASER model directory: it has no config.json "
                          "(make one from an original checkpoint with hf-laser convert)")

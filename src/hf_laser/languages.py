@@ -1,0 +1,72 @@
+"""Language codes and names of LASER2 and LASER3 (NLLB), for choosing an encoder by language.
+
+`data/laser_languages.tsv` lists the 206 FLORES-200 codes laser_encoders knows, with their English names, which have
+a LASER3 student (147), which of those have their own SentencePiece model (35) and which LASER2 covers (91). A
+language can be named by its FLORES-200 code (`wol_Latn`, any case), its ISO 639-3 code (`wol`), its ISO 639-1 code
+(`wo`; macrolanguages too: `ar` also names `arb_Arab`, `zh` names `zho_Hans` and `zho_Hant`), or its English name as
+laser_encoders spells it (`wolof`, `modern standard arabic`). [`flores_codes`] gives every FLORES code a name may
+mean; choosing among them is the caller's (a model set chooses among the students it has).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+TABLE = Path(__file__).resolve().parent / "data" / "laser_languages.tsv"
+
+
+@dataclass(frozen=True)
+class LaserLanguage:
+    """One row of the table: a FLORES-200 code and what LASER has for it."""
+
+    code: str
+    names: tuple[str, ...]
+    laser3: bool
+    own_spm: bool
+    laser2: bool
+
+
+@lru_cache(maxsize=1)
+def laser_languages() -> dict[str, LaserLanguage]:
+    """`{FLORES-200 code: LaserLanguage}` from the package's table."""
+    languages = {}
+    for line in TABLE.read_text(encoding="utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        code, names, laser3, own, laser2 = (line.split("\t") + [""] * 5)[:5]
+        languages[code] = LaserLanguage(code, tuple(n for n in names.split("|") if n), laser3 == "laser3",
+                                        own == "own", laser2 == "laser2")
+    return languages
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, tuple[str, ...]]:
+    from .preprocessing import normalize_lang
+
+    index: dict[str, list[str]] = {}
+    for code, language in laser_languages().items():
+        keys = {code.lower(), code[:3], normalize_lang(code), *language.names}
+        for key in keys:
+            index.setdefault(key, []).append(code)
+    return {k: tuple(sorted(v)) for k, v in index.items()}
+
+
+def flores_codes(lang: str) -> tuple[str, ...]:
+    """The FLORES-200 codes `lang` may name (empty when it names none). Case and surrounding spaces are ignored; a
+    code with a region or another script (`en-US`, `sr_Cyrl`) also matches through its language part."""
+    from .preprocessing import normalize_lang
+
+    key = " ".join(lang.strip().lower().split())
+    found = _index().get(key)
+    if found:
+        return found
+    try:
+        return _index().get(normalize_lang(key), ())
+    except ValueError:
+        return ()
+
+
+def is_flores_code(code: str) -> bool:
+    return code in laser_languages()

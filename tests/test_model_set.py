@@ -1,0 +1,143 @@
+"""Model sets: LASER2 plus LASER3 students as one encoder that embeds each sentence with the model of its language
+(Python API, languages named every way, files, the command line's embed / similar / mine)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from laser3_helpers import CVOCAB, SHARED, SPM, require_shared, tiny_namespace_checkpoint
+
+from hf_laser import LaserEncoder
+from hf_laser.cli import main as cli_main
+from hf_laser.convert import convert
+from hf_laser.languages import flores_codes
+from hf_laser.model_set import SET_FILE, RoutedLaserEncoder, UnknownLanguage, write_model_set
+
+LASER2_TINY = SHARED / "reference" / "laser2" / "laser2-ref-tiny.pt"  # a BiLSTM of 96 dimensions
+WOLOF = ["Naka nga def?", "Maa ngi fi rekk.", "Jërëjëf."]
+FRENCH = ["Bonjour tout le monde.", "Il fait beau aujourd'hui."]
+
+
+@pytest.fixture(scope="module")
+def model_set(tmp_path_factory):
+    """A set directory: the LASER2 reference model as default, 96-wide students for wol_Latn, zho_Hans, zho_Hant."""
+    require_shared()
+    root = tmp_path_factory.mktemp("set")
+    convert(LASER2_TINY, root / "laser2", spm_model=SPM, spm_vocab=CVOCAB)
+    for i, code in enumerate(["wol_Latn", "zho_Hans", "zho_Hant"]):
+        ckpt = tiny_namespace_checkpoint(root / f"laser3-{code}.v1.pt", width=96)
+        convert(ckpt, root / f"laser3-{code}", spm_model=SPM, spm_vocab=CVOCAB)
+    write_model_set(root, default="laser2", students={"wol_Latn": "laser3-wol_Latn", "zho_Hans": "laser3-zho_Hans",
+                                                      "zho_Hant": "laser3-zho_Hant"})
+    return root
+
+
+def test_language_names():
+    assert flores_codes("wol_Latn") == flores_codes("WOL_LATN") == flores_codes("wol") == flores_codes("wo") == \
+        flores_codes("wolof") == ("wol_Latn",)
+    assert flores_codes(" Modern  Standard Arabic ") == ("arb_Arab", "arb_Latn")
+    assert "zho_Hans" in flores_codes("zh") and "zho_Hant" in flores_codes("zh")
+    assert flores_codes("fr-FR") == ("fra_Latn",)
+    assert flores_codes("klingon") == ()
+
+
+def test_convert_records_the_student_language(model_set):
+    assert json.loads((model_set / "laser3-wol_Latn" / "config.json").read_text())["language"] == "wol_Latn"
+    assert "language" not in json.loads((model_set / "laser2" / "config.json").read_text())
+
+
+def test_each_sentence_goes_to_the_model_of_its_language(model_set):
+    routed = LaserEncoder.from_pretrained(model_set)
+    assert isinstance(routed, RoutedLaserEncoder) and routed.dim == 96
+    laser2 = LaserEncoder.from_pretrained(model_set / "laser2")
+    wolof = LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn")
+    mixed = [WOLOF[0], FRENCH[0], WOLOF[1], FRENCH[1]]
+    emb = routed.encode(mixed, lang=["wol_Latn", "fr", "wolof", "french"])
+    np.testing.assert_array_equal(emb[[0, 2]], wolof.encode([WOLOF[0], WOLOF[1]], lang="wol_Latn"))
+    np.testing.assert_array_equal(emb[[1, 3]], laser2.encode(FRENCH, lang="fr"))
+    assert np.abs(emb[0] - laser2.encode(WOLOF[0], lang="fr")).max() > 1e-3  # really another model
+    for name in ("wol", "wo", "WOL_LATN", "wolof"):
+        np.testing.assert_array_equal(routed.encode(WOLOF, lang=name), wolof.encode(WOLOF, lang="wol_Latn"))
+    assert routed.route("ace_Latn") == "default" and routed.route("fra_Latn") == "default"
+    np.testing.assert_array_equal(routed.encode(FRENCH[0], lang="fra_Latn"), laser2.encode(FRENCH[0], lang="fr"))
+
+
+def test_unknown_and_ambiguous_languages_are_one_clear_error(model_set):
+    routed = LaserEncoder.from_pretrained(model_set)
+    with pytest.raises(UnknownLanguage, match="unknown language 'klingon': give a FLORES-200 code .*students for "
+                                              "wol_Latn, zho_Hans, zho_Hant and a default model"):
+        routed.encode(FRENCH, lang="klingon")
+    with pytest.raises(UnknownLanguage, match="'zh' names 2 languages .*zho_Hans, zho_Hant"):
+        routed.encode(FRENCH, lang="zh")
+    with pytest.raises(UnknownLanguage, match="give lang"):
+        routed.encode(FRENCH)
+    with pytest.raises(UnknownLanguage, match="'auto' cannot choose"):
+        routed.encode(FRENCH, lang="auto")
+
+
+def test_a_list_of_directories_is_a_set(model_set):
+    routed = LaserEncoder.from_pretrained([model_set / "laser2", model_set / "laser3-wol_Latn"])
+    assert routed.route("wolof") == "wol_Latn" and routed.route("zh") == "default"
+    with pytest.raises(ValueError, match="two models without a language"):
+        LaserEncoder.from_pretrained([model_set / "laser2", model_set / "laser2"])
+
+
+def test_a_set_without_default_refuses_other_languages(model_set, tmp_path):
+    write_model_set(tmp_path, default=None, students={"wol_Latn": model_set / "laser3-wol_Latn"})
+    routed = LaserEncoder.from_pretrained(tmp_path)
+    assert routed.encode(WOLOF, lang="wo").shape == (3, 96)
+    with pytest.raises(UnknownLanguage, match="has no model for 'fr' .* and no default model"):
+        routed.encode(FRENCH, lang="fr")
+
+
+def test_write_model_set_checks_its_members(model_set, tmp_path):
+    with pytest.raises(UnknownLanguage, match="'zh' names more than one"):
+        write_model_set(tmp_path, default=None, students={"zh": model_set / "laser3-zho_Hans"})
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        write_model_set(tmp_path, default=tmp_path / "missing", students={})
+    other = tmp_path / "other"
+    convert(tiny_namespace_checkpoint(tmp_path / "o.pt", width=32), other, spm_model=SPM, spm_vocab=CVOCAB)
+    with pytest.raises(ValueError, match="embeddings of one size"):
+        write_model_set(tmp_path, default=model_set / "laser2", students={"wol_Latn": other})
+    broken = tmp_path / "broken"
+    shutil.copytree(model_set, broken, ignore=shutil.ignore_patterns("laser3-wol_Latn"))
+    with pytest.raises(FileNotFoundError, match="the model of wol_Latn is missing"):
+        LaserEncoder.from_pretrained(broken)
+    (broken / SET_FILE).write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match="is not an hf-laser model set file"):
+        LaserEncoder.from_pretrained(broken)
+
+
+def test_encode_file_uses_the_model_of_the_file_language(model_set, tmp_path):
+    routed = LaserEncoder.from_pretrained(model_set)
+    text = tmp_path / "wo.txt"
+    text.write_text("\n".join(WOLOF) + "\n", encoding="utf-8")
+    out = routed.encode_file(text, tmp_path / "wo.npy", lang="wolof")
+    wolof = LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn")
+    np.testing.assert_array_equal(np.asarray(out), wolof.encode(WOLOF, lang="wol_Latn"))
+    manifest = json.loads((tmp_path / "wo.npy.json").read_text()) if (tmp_path / "wo.npy.json").exists() else None
+    if manifest is not None:  # the output's identity is the student's, so it is never resumed with another model
+        assert manifest["model"] == wolof.model_identity()["model"]
+
+
+def test_command_line_embed_similar_mine_route_by_language(model_set, tmp_path, capsys):
+    wo, fr = tmp_path / "wo.txt", tmp_path / "fr.txt"
+    wo.write_text("\n".join(WOLOF) + "\n", encoding="utf-8")
+    fr.write_text("\n".join(FRENCH) + "\n", encoding="utf-8")
+    assert cli_main(["embed", "--model", str(model_set), "--lang", "wolof", "-i", str(wo), "-o",
+                     str(tmp_path / "wo.npy"), "-q"]) == 0
+    wolof = LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn")
+    np.testing.assert_allclose(np.load(tmp_path / "wo.npy"), wolof.encode(WOLOF, lang="wol_Latn"), atol=1e-6)
+    assert cli_main(["embed", "--model", str(model_set), "--lang", "klingon", "-i", str(wo), "-o",
+                     str(tmp_path / "k.npy")]) == 2
+    assert "'klingon' is not a language code" in capsys.readouterr().err
+    assert cli_main(["similar", "--model", str(model_set), "--lang", "wo", "--target-lang", "fr", "--target",
+                     str(fr), "-k", "1", "--text", "Naka nga def?"]) == 0
+    capsys.readouterr()
+    pytest.importorskip("faiss")
+    assert cli_main(["mine", "--model", str(model_set), str(wo), str(fr), "--src-lang", "wol_Latn", "--tgt-lang", "fr",
+                     "-o", str(tmp_path / "pairs.tsv"), "-k", "1", "--no-progress"]) == 0
+    assert (tmp_path / "pairs.tsv").read_text(encoding="utf-8").strip()
