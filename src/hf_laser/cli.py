@@ -1,4 +1,4 @@
-"""`hf-laser` command line: convert, embed, tokenize, mine, embed-shards, similar, push, serve.
+"""`hf-laser` command line: convert, download, embed, tokenize, mine, embed-shards, similar, push, serve.
 
 Each subcommand's arguments and handler live in its module under `hf_laser/commands/` (`add_arguments` / `run`);
 this file only assembles them, importing a subcommand's module when that subcommand is asked for, so that
@@ -22,6 +22,7 @@ from .models import check_local_dir, looks_local  # noqa: F401
 # subcommand -> (module in hf_laser.commands, help)
 SUBCOMMANDS = {
     "convert": ("convert", "convert an original LASER checkpoint into a Hugging Face directory"),
+    "download": ("download", "fetch the original LASER2 / LASER3 files and convert them into a model set"),
     "embed": ("embed", "embed sentences (one per line) into a .npy file"),
     "tokenize": ("tokenize",
                  "run the LASER preprocessing (+ BPE/SentencePiece) over a file, one output line per input line"),

@@ -1,0 +1,146 @@
+"""`hf-laser download` / `from_pretrained("laser3-LANG")` against a local HTTP server serving files in the original
+layout (`laser2.pt`, `laser2.spm`, `laser2.cvocab`, `laser3-LANG.v1.pt`, `laser3-LANG.v1.spm`, ...): download,
+checks (size, the server's MD5 ETag, the recorded sha256), resume, conversion into a model set, and the offline
+message."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+from laser3_helpers import CVOCAB, SHARED, SPM, require_shared, tiny_namespace_checkpoint
+
+from hf_laser import LaserEncoder
+from hf_laser.cli import main as cli_main
+from hf_laser.download import DownloadCheckFailed, ModelsNotAvailable, fetch_models, student_code
+from hf_laser.model_set import RoutedLaserEncoder
+
+
+class Handler(SimpleHTTPRequestHandler):
+    """Serves the directory with an MD5 ETag and byte ranges, as S3 does; `server.faults` breaks answers on purpose."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):  # noqa: N802
+        path = Path(self.server.root) / self.path.lstrip("/")
+        self.server.requests.append(self.path)
+        self.server.ranges.append(self.headers.get("Range"))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        fault = self.server.faults.pop(path.name, None)
+        start = 0
+        if self.headers.get("Range"):
+            start = int(self.headers["Range"].split("=")[1].split("-")[0])
+        self.send_response(206 if start else 200)
+        etag = "0" * 32 if fault == "etag" else hashlib.md5(data).hexdigest()
+        self.send_header("ETag", f'"{etag}"')
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        body = data[start:]
+        self.wfile.write(body[: len(body) // 2] if fault == "truncate" else body)
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    require_shared()
+    root = tmp_path / "published"
+    root.mkdir()
+    shutil.copyfile(SHARED / "reference" / "laser2" / "laser2-ref-tiny.pt", root / "laser2.pt")
+    shutil.copyfile(SPM, root / "laser2.spm")
+    shutil.copyfile(CVOCAB, root / "laser2.cvocab")
+    tiny_namespace_checkpoint(root / "laser3-wol_Latn.v1.pt", width=96)
+    # amh_Ethi has its own SentencePiece model: here a copy of the reference one under the student's name
+    tiny_namespace_checkpoint(root / "laser3-amh_Ethi.v1.pt", width=96)
+    shutil.copyfile(SPM, root / "laser3-amh_Ethi.v1.spm")
+    shutil.copyfile(CVOCAB, root / "laser3-amh_Ethi.v1.cvocab")
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.root, httpd.requests, httpd.ranges, httpd.faults = root, [], [], {}
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("HF_LASER_DOWNLOAD_URL", f"http://127.0.0.1:{httpd.server_address[1]}")
+    monkeypatch.setenv("HF_LASER_CACHE", str(tmp_path / "cache"))
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_download_converts_into_a_model_set(server, tmp_path, capsys):
+    assert cli_main(["download", "laser2", "laser3", "wolof", "amh"]) == 0
+    assert f"ready: {tmp_path / 'cache'}" in capsys.readouterr().err
+    assert sorted(server.requests) == sorted(f"/{n}" for n in [
+        "laser2.pt", "laser2.spm", "laser2.cvocab", "laser3-wol_Latn.v1.pt", "laser3-amh_Ethi.v1.pt",
+        "laser3-amh_Ethi.v1.spm", "laser3-amh_Ethi.v1.cvocab"])
+    routed = LaserEncoder.from_pretrained(tmp_path / "cache")
+    assert isinstance(routed, RoutedLaserEncoder)
+    assert routed.route("wolof") == "wol_Latn" and routed.route("amharic") == "amh_Ethi"
+    assert routed.route("fr") == "default"
+    student = LaserEncoder.from_pretrained(tmp_path / "cache" / "converted" / "laser3-wol_Latn")
+    np.testing.assert_array_equal(routed.encode(["Naka nga def?"], lang="wo"),
+                                  student.encode(["Naka nga def?"], lang="wol_Latn"))
+    sums = (tmp_path / "cache" / "originals" / "SHA256SUMS").read_text()
+    digest = hashlib.sha256((server.root / "laser2.pt").read_bytes()).hexdigest()
+    assert f"{digest}  laser2.pt" in sums
+    # a second run downloads nothing; a name loads from the cache
+    server.requests.clear()
+    assert cli_main(["download", "laser3", "wol_Latn"]) == 0
+    assert server.requests == []
+    named = LaserEncoder.from_pretrained("laser3-wol_Latn")
+    np.testing.assert_array_equal(named.encode(["Jërëjëf."], lang="wo"), student.encode(["Jërëjëf."], lang="wo"))
+
+
+def test_a_file_changed_in_the_cache_is_refused(server, tmp_path):
+    fetch_models(["laser2"], say=lambda m: None)
+    with open(tmp_path / "cache" / "originals" / "laser2.spm", "ab") as f:
+        f.write(b"x")
+    with pytest.raises(DownloadCheckFailed, match="has changed since it was downloaded"):
+        fetch_models(["laser2"], say=lambda m: None)
+
+
+def test_damaged_and_broken_transfers(server, tmp_path):
+    server.faults["laser2.spm"] = "etag"
+    with pytest.raises(DownloadCheckFailed, match="MD5 is not the server's ETag"):
+        fetch_models(["laser2"], say=lambda m: None)
+    assert not (tmp_path / "cache" / "originals" / "laser2.spm").exists()
+    server.faults["laser2.cvocab"] = "truncate"
+    with pytest.raises(DownloadCheckFailed, match="the connection broke"):
+        fetch_models(["laser2"], say=lambda m: None)
+    part = tmp_path / "cache" / "originals" / "laser2.cvocab.part"
+    assert 0 < part.stat().st_size < (server.root / "laser2.cvocab").stat().st_size
+    server.requests.clear()
+    fetch_models(["laser2"], say=lambda m: None)  # resumes with a range request
+    assert server.requests == ["/laser2.cvocab"] and server.ranges[-1].startswith("bytes=") and not part.exists()
+    assert (tmp_path / "cache" / "originals" / "laser2.cvocab").read_bytes() == \
+        (server.root / "laser2.cvocab").read_bytes()
+
+
+def test_offline_says_what_to_fetch_and_where_then_converts_without_network(server, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_LASER_DOWNLOAD_URL", "http://127.0.0.1:9")  # nothing listens there
+    originals = tmp_path / "cache" / "originals"
+    assert cli_main(["download", "laser3", "wol_Latn"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "laser3-wol_Latn.v1.pt, laser2.spm, laser2.cvocab" in err and f"put them in {originals}" in err
+    with pytest.raises(ModelsNotAvailable, match="cannot be downloaded"):
+        LaserEncoder.from_pretrained("laser3-wol_Latn")
+    for name in ("laser3-wol_Latn.v1.pt", "laser2.spm", "laser2.cvocab"):  # fetched by hand
+        shutil.copyfile(server.root / name, originals / name)
+    assert cli_main(["download", "laser3", "wol_Latn"]) == 0
+    assert LaserEncoder.from_pretrained(tmp_path / "cache").route("wol") == "wol_Latn"
+
+
+def test_language_arguments():
+    assert student_code("Wolof") == "wol_Latn" and student_code("am") == "amh_Ethi"
+    with pytest.raises(ValueError, match="covered by LASER2: download laser2"):
+        student_code("fr")
+    with pytest.raises(ValueError, match="no LASER3 student for 'klingon'"):
+        student_code("klingon")
+    assert cli_main(["download", "wolof"]) == 2
+    assert cli_main(["download", "laser3"]) == 2
