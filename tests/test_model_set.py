@@ -141,3 +141,71 @@ def test_command_line_embed_similar_mine_route_by_language(model_set, tmp_path, 
     assert cli_main(["mine", "--model", str(model_set), str(wo), str(fr), "--src-lang", "wol_Latn", "--tgt-lang", "fr",
                      "-o", str(tmp_path / "pairs.tsv"), "-k", "1", "--no-progress"]) == 0
     assert (tmp_path / "pairs.tsv").read_text(encoding="utf-8").strip()
+
+
+def test_serve_routes_each_input_and_lists_the_members(model_set):
+    from serve_helpers import ServerProcess, require_serve_extra
+
+    require_serve_extra()
+    import requests
+
+    server = ServerProcess("--model", str(model_set))
+    try:
+        texts = [WOLOF[0], FRENCH[0], WOLOF[1]]
+        got = requests.post(f"{server.url}/v1/embeddings", json={"input": texts, "lang": ["wolof", "fr", "wo"]},
+                            timeout=60).json()
+        emb = np.array([row["embedding"] for row in got["data"]], dtype=np.float32)
+        wolof = LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn")
+        laser2 = LaserEncoder.from_pretrained(model_set / "laser2")
+        np.testing.assert_allclose(emb[[0, 2]], wolof.encode([WOLOF[0], WOLOF[1]], lang="wol_Latn"), atol=1e-6)
+        np.testing.assert_allclose(emb[1], laser2.encode(FRENCH[0], lang="fr"), atol=1e-6)
+        assert [row["lang"] for row in got["data"]] == ["wol_Latn", "fr", "wol_Latn"]
+        ids = [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
+        name = model_set.name
+        assert ids == [name, f"{name}/default", f"{name}/wol_Latn", f"{name}/zho_Hans", f"{name}/zho_Hant"]
+        for lang, match in (("auto", "must name it"), ("klingon", "unknown language 'klingon'"),
+                            ("zh", "names 2 languages")):
+            answer = requests.post(f"{server.url}/v1/embeddings", json={"input": WOLOF, "lang": lang}, timeout=30)
+            assert answer.status_code == 400 and match in answer.json()["error"]["message"]
+        vec = requests.post(f"{server.url}/vectorize", data={"q": "\n".join(WOLOF), "lang": "wol_Latn"}, timeout=30)
+        np.testing.assert_allclose(np.array(vec.json()["embedding"]), wolof.encode(WOLOF, lang="wol_Latn"), atol=1e-6)
+        assert requests.get(f"{server.url}/health", timeout=10).json()["members"] == [
+            "default", "wol_Latn", "zho_Hans", "zho_Hant"]
+    finally:
+        server.stop()
+
+
+def test_pipeline_of_a_set_routes_each_sentence(model_set):
+    from hf_laser.pipelines import RoutedLaserPipeline, laser_pipeline
+
+    embed = laser_pipeline(model_set)
+    assert isinstance(embed, RoutedLaserPipeline)
+    got = np.array(embed([WOLOF[0], FRENCH[0]], lang=["wolof", "fr"]), dtype=np.float32)
+    wolof = LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn")
+    laser2 = LaserEncoder.from_pretrained(model_set / "laser2")
+    np.testing.assert_allclose(got[0], wolof.encode(WOLOF[0], lang="wol_Latn"), atol=1e-6)
+    np.testing.assert_allclose(got[1], laser2.encode(FRENCH[0], lang="fr"), atol=1e-6)
+    single = np.array(embed(WOLOF[1], lang="wo"), dtype=np.float32)
+    np.testing.assert_allclose(single, wolof.encode(WOLOF[1], lang="wo"), atol=1e-6)
+    with pytest.raises(UnknownLanguage, match="unknown language 'klingon'"):
+        embed(FRENCH, lang="klingon")
+
+
+def test_sentence_transformers_of_a_set_routes_each_sentence(model_set, tmp_path):
+    st = pytest.importorskip("sentence_transformers", reason="needs the sentence-transformers extra")
+    from hf_laser.sentence_transformers_sets import set_sentence_transformer
+
+    model = set_sentence_transformer(model_set)
+    wolof = LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn")
+    laser2 = LaserEncoder.from_pretrained(model_set / "laser2")
+    items = [{"text": WOLOF[0], "lang": "wolof"}, {"text": FRENCH[0], "lang": "fr"}, {"text": WOLOF[1], "lang": "wo"}]
+    got = model.encode(items)
+    np.testing.assert_allclose(got[[0, 2]], wolof.encode([WOLOF[0], WOLOF[1]], lang="wol_Latn"), atol=1e-6)
+    np.testing.assert_allclose(got[1], laser2.encode(FRENCH[0], lang="fr"), atol=1e-6)
+    np.testing.assert_allclose(model.encode(WOLOF, lang="wol_Latn"), wolof.encode(WOLOF, lang="wol_Latn"), atol=1e-6)
+    with pytest.raises(UnknownLanguage, match="give lang"):
+        model.encode(WOLOF)
+    model.save(str(tmp_path / "saved"))
+    again = st.SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True)
+    np.testing.assert_allclose(again.encode(items), got, atol=1e-6)
+    assert LaserEncoder.from_pretrained(tmp_path / "saved").route("wolof") == "wol_Latn"

@@ -38,7 +38,7 @@ class UnknownLanguage(ValueError):
 
 
 def is_model_set(path) -> bool:
-    return isinstance(path, (str, os.PathLike)) and (Path(path) / SET_FILE).is_file()
+    return isinstance(path, (str, os.PathLike)) and (Path(path).expanduser() / SET_FILE).is_file()
 
 
 def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike | None,
@@ -94,7 +94,7 @@ def read_model_set(directory: str | os.PathLike) -> tuple[Path | None, dict[str,
     """`(default directory or None, {FLORES code: student directory})` of a set, paths resolved."""
     from .languages import is_flores_code
 
-    directory = Path(directory)
+    directory = Path(directory).expanduser()
     path = directory / SET_FILE
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
@@ -126,7 +126,7 @@ class RoutedLaserEncoder:
     """
 
     def __init__(self, default: str | os.PathLike | None, students: dict[str, str | os.PathLike],
-                 load: Callable, name: str = "model set", **load_kwargs):
+                 load: Callable | None, name: str = "model set", **load_kwargs):
         if default is None and not students:
             raise ValueError("a model set needs a default model or at least one student")
         self.default_path = None if default is None else Path(default)
@@ -140,12 +140,13 @@ class RoutedLaserEncoder:
                 raise FileNotFoundError(f"{name}: the model of {member} is missing: {path} has no config.json")
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike | Sequence[str | os.PathLike], load: Callable,
+    def from_pretrained(cls, path: str | os.PathLike | Sequence[str | os.PathLike], load: Callable | None,
                         **kwargs) -> RoutedLaserEncoder:
         """A set directory (`laser_model_set.json`), or a list of model directories: those whose `config.json`
         names a `language` (LASER3 students converted by `hf-laser convert`, which records it) are students of
         their language, and the one without (LASER2) is the default. `load(directory, **kwargs)` loads a member
-        (`LaserEncoder.from_pretrained` calls this with itself)."""
+        (`LaserEncoder.from_pretrained` calls this with itself; None: routing only, as `RoutedLaserPipeline`
+        uses it)."""
         if isinstance(path, (str, os.PathLike)):
             default, students = read_model_set(path)
             return cls(default, students, load, name=str(path), **kwargs)
@@ -176,6 +177,9 @@ class RoutedLaserEncoder:
     def member(self, key: str):
         """The loaded [`~encoder.LaserEncoder`] of a member (`"default"` or a FLORES code), loaded on first use."""
         if key not in self._loaded:
+            if self._load is None:
+                raise RuntimeError("this RoutedLaserEncoder routes only (built without a loader); load the set with "
+                                   "LaserEncoder.from_pretrained to embed")
             self._loaded[key] = self._load(self.members()[key], **self._load_kwargs)
         return self._loaded[key]
 
@@ -216,6 +220,14 @@ class RoutedLaserEncoder:
         return self.member(next(iter(self.members()))).dim
 
     @property
+    def device(self):
+        return self.member(next(iter(self.members()))).device
+
+    @property
+    def quantize(self):
+        return self.member(next(iter(self.members()))).quantize
+
+    @property
     def tokenizer(self):
         """The default member's tokenizer (each member tokenizes its own sentences)."""
         return self.member(next(iter(self.members()))).tokenizer
@@ -225,6 +237,9 @@ class RoutedLaserEncoder:
             raise UnknownLanguage("a model set chooses its model by language: give lang (one code for all "
                                   "sentences, or one per sentence)")
         langs = [lang] * n if isinstance(lang, str) else list(lang)
+        if any(code is None for code in langs):
+            raise UnknownLanguage("a model set chooses its model by language: give lang for every sentence (one code "
+                                  "for all, or one per sentence)")
         if len(langs) != n:
             raise ValueError(f"got {len(langs)} languages for {n} sentences: give one per sentence, or one for all")
         if isinstance(lang, str) and lang.strip().lower() == "auto":

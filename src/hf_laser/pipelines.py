@@ -13,6 +13,10 @@ a `UserWarning` says so when the sentences look like another language.
 
 `pipeline("feature-extraction", model=..., tokenizer=...)` works as well and returns the token-level BiLSTM outputs
 (`last_hidden_state`).
+
+A model set (LASER2 + LASER3 students, `hf_laser.model_set`) is several models, which one transformers pipeline does
+not hold: `laser_pipeline(SET_DIR)` gives a [`RoutedLaserPipeline`], the same call with each sentence embedded by the
+pipeline of its language's model (`laser_pipeline(model_dir)` is `pipeline("laser-sentence-embedding", model_dir)`).
 """
 
 from __future__ import annotations
@@ -92,6 +96,49 @@ class LaserSentenceEmbeddingPipeline(Pipeline):
         if normalize:
             embedding = torch.nn.functional.normalize(embedding, dim=-1)
         return embedding if return_tensors else embedding.tolist()
+
+
+class RoutedLaserPipeline:
+    """`laser-sentence-embedding` pipelines of a model set's members, called as one: `lang` (required: one code for
+    all inputs or one per input) chooses each input's model as `RoutedLaserEncoder` does; the results come back in
+    input order. Members' pipelines are built on first use with `pipeline_kwargs`."""
+
+    def __init__(self, model_set, **pipeline_kwargs):
+        from .model_set import RoutedLaserEncoder
+
+        self.routing = model_set if isinstance(model_set, RoutedLaserEncoder) else \
+            RoutedLaserEncoder.from_pretrained(model_set, load=None)
+        self._kwargs = pipeline_kwargs
+        self._pipelines: dict[str, Pipeline] = {}
+
+    def member_pipeline(self, key: str) -> Pipeline:
+        if key not in self._pipelines:
+            from transformers import pipeline
+
+            self._pipelines[key] = pipeline(TASK, model=str(self.routing.members()[key]), **self._kwargs)
+        return self._pipelines[key]
+
+    def __call__(self, inputs: str | Sequence[str], lang: str | Sequence[str] | None = None, **kwargs):
+        single = isinstance(inputs, str)
+        texts = [inputs] if single else list(inputs)
+        out: list = [None] * len(texts)
+        for key, (rows, langs) in self.routing._groups(len(texts), lang).items():
+            results = self.member_pipeline(key)([texts[i] for i in rows], lang=langs, **kwargs)
+            for i, result in zip(rows, results):
+                out[i] = result
+        return out[0] if single else out
+
+
+def laser_pipeline(model=None, **kwargs):
+    """`pipeline("laser-sentence-embedding", model)` for a model directory, a [`RoutedLaserPipeline`] for a model
+    set (a directory with `laser_model_set.json`, or a list of directories)."""
+    from .model_set import is_model_set
+
+    if isinstance(model, (list, tuple)) or is_model_set(model):
+        return RoutedLaserPipeline(model, **kwargs)
+    from transformers import pipeline
+
+    return pipeline(TASK, model=None if model is None else str(model), **kwargs)
 
 
 PIPELINE_REGISTRY.register_pipeline(

@@ -1,4 +1,6 @@
-"""The ASGI application of `hf-laser serve` (Starlette): one `LaserEncoder` kept loaded behind HTTP.
+"""The ASGI application of `hf-laser serve` (Starlette): one `LaserEncoder` kept loaded behind HTTP, or a model
+set (LASER2 + LASER3 students, [`~hf_laser.model_set.RoutedLaserEncoder`]): every member loaded at start, each input
+embedded by the model of its `lang` (required then: `"auto"` cannot choose a student), `/v1/models` listing them.
 
 Routes:
 
@@ -96,27 +98,44 @@ class EmbeddingService:
         self.model_id = model_id or "laser"
         self.limits = limits
         self.created = int(time.time())
-        self.batcher = DynamicBatcher(self._embed_ids, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms)
+        self.routed = hasattr(encoder, "route")
+        # one batcher per model: "model" for a single one, "default" / FLORES codes for a set's members
+        keys = list(encoder.members()) if self.routed else ["model"]
+        self.batchers = {key: DynamicBatcher(self._member_embedder(key), max_batch_tokens=max_batch_tokens,
+                                             max_wait_ms=max_wait_ms) for key in keys}
+        self.batcher = next(iter(self.batchers.values()))
         self._max_batch_tokens = max_batch_tokens
         self._tokenizer_pool: ThreadPoolExecutor | None = None
         self._started = time.time()
         self.active = 0  # embedding requests being answered now
         self.disconnected = 0  # requests whose client went away before the answer (not computed, or discarded)
 
-    def _embed_ids(self, ids):
-        return self.encoder.encode_ids(ids, max_tokens=self._max_batch_tokens, show_progress_bar=False)
+    def _member_embedder(self, key: str):
+        encoder = self.encoder.member(key) if self.routed else self.encoder  # (a set's members load here)
+
+        def embed_ids(ids):
+            return encoder.encode_ids(ids, max_tokens=self._max_batch_tokens, show_progress_bar=False)
+
+        return embed_ids
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> None:
         self._tokenizer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-laser-tokenizer")
-        self.batcher.start()
-        # warm-up: the language detector's model (~0.6 s to load) and a first model call, not in a client's time
-        _, _, ids = await self.token_ids(["Warm-up sentence."], "auto")
-        await self.batcher.embed(ids)
-        self.batcher.stats = BatcherStats()  # the counters start with the clients
+        for batcher in self.batchers.values():
+            batcher.start()
+        # warm-up: the language detector's model (~0.6 s to load) and a first call of every model, not in a client's
+        # time
+        warm_langs = {key: ("en" if key == "default" else key) for key in self.batchers} if self.routed else \
+            {"model": "auto"}
+        for lang in warm_langs.values():
+            _, _, ids, keys = await self.token_ids(["Warm-up sentence."], lang)
+            await self._embed_grouped(ids, keys)
+        for batcher in self.batchers.values():
+            batcher.stats = BatcherStats()  # the counters start with the clients
 
     async def stop(self) -> None:
-        await self.batcher.close()
+        for batcher in self.batchers.values():
+            await batcher.close()
         self._tokenizer_pool.shutdown(wait=True)
 
     # ------------------------------------------------------------------ reading requests
@@ -167,19 +186,43 @@ class EmbeddingService:
                             "generic rules), as LaserEncoder.encode does")
         return langs, warnings
 
-    def _token_ids(self, texts: list[str], lang) -> tuple[list[str] | str, list[str], list[list[int]]]:
-        """`(langs, warnings, ids)`: the languages resolved ([`resolve_langs`]) and the token ids."""
+    def _token_ids(self, texts: list[str], lang):
+        """`(langs, warnings, ids, keys)`: the languages resolved ([`resolve_langs`]), the token ids, and for a
+        model set the member of each text (None for a single model)."""
+        if self.routed:
+            return self._routed_token_ids(texts, lang)
         if lang == TOK_STAGE:
-            return TOK_STAGE, [], self.encoder.tokenizer.encode_lines(texts, pretokenized="tok")
+            return TOK_STAGE, [], self.encoder.tokenizer.encode_lines(texts, pretokenized="tok"), None
         langs, warnings = self.resolve_langs(texts, lang)
-        return langs, warnings, self.encoder.token_ids(texts, lang=langs)
+        return langs, warnings, self.encoder.token_ids(texts, lang=langs), None
 
-    async def token_ids(self, texts: list[str], lang) -> tuple[list[str] | str, list[str], list[list[int]]]:
+    def _routed_token_ids(self, texts: list[str], lang):
+        from ..model_set import UnknownLanguage
+
+        langs = [lang] * len(texts) if isinstance(lang, str) else list(lang)
+        if any(code == TOK_STAGE or is_auto(code) for code in langs):
+            raise ApiError(400, f"this server is a model set ({', '.join(self.encoder.members())}): it embeds each "
+                                "input with the model of its language, so 'lang' must name it (auto-detection and "
+                                "'--' pre-tokenized input cannot choose a model)", param="lang")
+        try:
+            groups = self.encoder._groups(len(texts), langs)
+        except UnknownLanguage as err:
+            raise ApiError(400, str(err), param="lang") from None
+        ids: list = [None] * len(texts)
+        keys: list = [None] * len(texts)
+        for key, (rows, member_langs) in groups.items():
+            member_ids = self.encoder.member(key).token_ids([texts[i] for i in rows], lang=member_langs)
+            for i, member_lang, row_ids in zip(rows, member_langs, member_ids):
+                ids[i], keys[i], langs[i] = row_ids, key, member_lang
+        return langs, [], ids, keys
+
+    async def token_ids(self, texts: list[str], lang):
         """[`_token_ids`] in the tokenizer thread (language detection and preprocessing are CPU work), with the
         request-size limit checked."""
         loop = asyncio.get_running_loop()
         try:
-            langs, warnings, ids = await loop.run_in_executor(self._tokenizer_pool, self._token_ids, texts, lang)
+            langs, warnings, ids, keys = await loop.run_in_executor(self._tokenizer_pool, self._token_ids, texts,
+                                                                    lang)
         except (ValueError, TypeError) as err:
             raise ApiError(400, f"cannot preprocess the input: {err}", param="input") from err
         tokens = sum(len(s) for s in ids)
@@ -187,17 +230,31 @@ class EmbeddingService:
             raise ApiError(413, f"the input is {tokens:,} tokens, over the limit of {self.limits.max_request_tokens:,}"
                                 " per request (--max-request-tokens); send it in several requests",
                            param="input", code="too_many_tokens")
-        return langs, warnings, ids
+        return langs, warnings, ids, keys
+
+    async def _embed_grouped(self, ids: list[list[int]], keys: list[str] | None) -> np.ndarray:
+        """The embeddings of `ids`, each row by the batcher of its member (`keys`; None: the one model)."""
+        if keys is None:
+            return await self.batcher.embed(ids)
+        groups: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key, []).append(i)
+        parts = await asyncio.gather(*(self.batchers[key].embed([ids[i] for i in rows])
+                                       for key, rows in groups.items()))
+        out = np.empty((len(ids), parts[0].shape[1]), dtype=parts[0].dtype)
+        for rows, part in zip(groups.values(), parts):
+            out[rows] = part
+        return out
 
     def check_count(self, n: int, param: str) -> None:
         if n > self.limits.max_inputs:
             raise ApiError(413, f"{n:,} inputs, over the limit of {self.limits.max_inputs:,} per request "
                                 "(--max-inputs); send them in several requests", param=param, code="too_many_inputs")
 
-    async def embed(self, request: Request, ids: list[list[int]]) -> np.ndarray:
-        """The embeddings of `ids` from the batcher; [`ClientGone`] (and the request dropped) when the client
-        disconnects first."""
-        job = asyncio.ensure_future(self.batcher.embed(ids))
+    async def embed(self, request: Request, ids: list[list[int]], keys: list[str] | None = None) -> np.ndarray:
+        """The embeddings of `ids` from the batcher (a set: the batcher of each row's member, `keys`);
+        [`ClientGone`] (and the request dropped) when the client disconnects first."""
+        job = asyncio.ensure_future(self._embed_grouped(ids, keys))
         watch = asyncio.ensure_future(_wait_disconnect(request))
         try:
             await asyncio.wait({job, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -249,8 +306,8 @@ class EmbeddingService:
             raise ApiError(400, f"'dimensions' can only be {self.encoder.dim} (this model's size), got {dims!r:.40}",
                            param="dimensions")
         lang = check_lang(body.get("lang", "auto"), len(texts), "lang")
-        langs, warnings, ids = await self.token_ids(texts, lang)
-        emb = await self.embed(request, ids)
+        langs, warnings, ids, keys = await self.token_ids(texts, lang)
+        emb = await self.embed(request, ids, keys)
         if fmt == "base64":
             emb = emb.astype("<f4", copy=False)
             vectors = [base64.b64encode(row.tobytes()).decode("ascii") for row in emb]
@@ -297,8 +354,8 @@ class EmbeddingService:
         lang = lang.strip() if lang and lang.strip() else "en"  # the original's default
         lines = split_lines(q)
         self.check_count(len(lines), "q")
-        _, warnings, ids = await self.token_ids(lines, lang)
-        emb = await self.embed(request, ids)
+        _, warnings, ids, keys = await self.token_ids(lines, lang)
+        emb = await self.embed(request, ids, keys)
         # float64 holds the float32 values exactly and prints them as the original server (Flask) did
         out = {"content": q, "embedding": emb.astype(np.float64)}
         if warnings:
@@ -318,23 +375,39 @@ class EmbeddingService:
                                          "max_request_tokens": self.limits.max_request_tokens,
                                          "max_body_bytes": self.limits.max_body_bytes},
                               "active": self.active, "disconnected": self.disconnected,
-                              **self.batcher.stats.as_dict()})
+                              **({"members": list(self.batchers)} if self.routed else {}),
+                              **_summed_stats(self.batchers.values())})
 
-    def model_card(self) -> dict:
-        return {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "hf-laser",
+    def model_cards(self) -> list[dict]:
+        """This server's model, and for a set each member (`ID/default`, `ID/wol_Latn`, ...) with its languages."""
+        card = {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "hf-laser",
                 "dim": self.encoder.dim}
+        if not self.routed:
+            return [card]
+        members = [{**card, "id": f"{self.model_id}/{key}", "root": self.model_id,
+                    "languages": "every other language" if key == "default" else [key]} for key in self.batchers]
+        return [{**card, "members": [m["id"] for m in members]}, *members]
 
     async def models(self, request: Request) -> Response:
-        return json_response({"object": "list", "data": [self.model_card()]})
+        return json_response({"object": "list", "data": self.model_cards()})
 
     async def model(self, request: Request) -> Response:
-        if request.path_params["model"] != self.model_id:
+        cards = {card["id"]: card for card in self.model_cards()}
+        if request.path_params["model"] not in cards:
             raise ApiError(404, f"model {request.path_params['model']!r} not found; this server has "
-                                f"{self.model_id!r}", param="model", code="model_not_found")
-        return json_response(self.model_card())
+                                f"{', '.join(map(repr, cards))}", param="model", code="model_not_found")
+        return json_response(cards[request.path_params["model"]])
 
     async def index(self, request: Request) -> Response:
         return HTMLResponse(demo_page())
+
+
+def _summed_stats(batchers) -> dict:
+    """The batchers' counters added up (one batcher: its own)."""
+    dicts = [b.stats.as_dict() for b in batchers]
+    if len(dicts) == 1:
+        return dicts[0]
+    return {k: max(d[k] for d in dicts) if k == "largest_batch" else sum(d[k] for d in dicts) for k in dicts[0]}
 
 
 def _json_type(value) -> str:
