@@ -145,3 +145,40 @@ def test_objects_outside_the_allow_list_are_refused_unread(tmp_path, capsys):
                                          r"\(builtins\.print\).*never runs code"):
         convert(ckpt, tmp_path / "o", spm_model=SPM, spm_vocab=CVOCAB)
     assert "must never run" not in capsys.readouterr().out
+
+
+def test_a_student_directory_in_pipelines_and_sentence_transformers(tmp_path):
+    require_shared()
+    from transformers import pipeline
+
+    import hf_laser.pipelines  # noqa: F401 (registers the task)
+
+    out = convert(FIXTURES / "tiny-omegaconf.pt", tmp_path / "tiny", spm_model=SPM, spm_vocab=CVOCAB)
+    sentences = fixture_sentences(3)
+    expected = LaserEncoder.from_pretrained(out).encode(sentences, lang="en")
+    embed = pipeline("laser-sentence-embedding", model=str(out))
+    np.testing.assert_allclose(np.array(embed(sentences, lang="en")), expected, atol=1e-6)
+    st = pytest.importorskip("sentence_transformers", reason="needs the sentence-transformers extra")
+    model = st.SentenceTransformer(str(out), trust_remote_code=True)
+    np.testing.assert_allclose(model.encode(sentences, lang="en"), expected, atol=1e-6)
+    assert model[0].max_seq_length == 511  # learned positions up to 512, <s> prepended
+    with pytest.warns(UserWarning, match="longer than max_seq_length=511"):
+        model.encode([" ".join(["bonjour"] * 600)], lang="fr")
+
+
+def test_sentences_longer_than_the_students_positions_are_cut_with_a_warning(tmp_path):
+    require_shared()
+    out = convert(FIXTURES / "tiny-omegaconf.pt", tmp_path / "tiny", spm_model=SPM, spm_vocab=CVOCAB)
+    encoder = LaserEncoder.from_pretrained(out)  # learned positions up to 512, <s> prepended: 511 ids
+    long = " ".join(["bonjour"] * 600)
+    ids = encoder.token_ids([long], lang="fr")[0]
+    assert len(ids) > 511
+    with pytest.warns(UserWarning, match=r"longer than this model's limit of 511 tokens \(config.max_positions\) "
+                                         r"embedded as its first 510 tokens \+ </s>"):
+        emb = encoder.encode([long, "Bonjour."], lang="fr", max_sentence_tokens=None)
+    np.testing.assert_allclose(emb[0], encoder.encode_ids([ids[:510] + ids[-1:]])[0].numpy(), atol=1e-6)
+    text = tmp_path / "long.txt"
+    text.write_text(f"Bonjour.\n{long}\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"line 2 \([\d,]+ tokens\).*split such lines"):
+        out_emb = encoder.encode_file(text, tmp_path / "long.npy", lang="fr")
+    np.testing.assert_allclose(np.asarray(out_emb), emb[::-1], atol=1e-6)

@@ -138,23 +138,37 @@ def test_shipped_model_written_by_save_pretrained_without_hf_laser(bare_python, 
     assert np.abs(np.array(got["fr"]) - expected).max() <= 1e-6
 
 
-def test_laser2_directory_with_sentencepiece_only(tiny_laser2_dir, tmp_path):
+def test_laser2_and_laser3_directories_with_sentencepiece_only(tiny_laser2_dir, tmp_path):
+    from laser3_helpers import CVOCAB, FIXTURES, SPM, fixture_sentences
+
+    from hf_laser.convert import convert
+
     python = make_bare_venv(tmp_path / "venv", BARE + ["sentencepiece"])
     fr = lines("tatoeba.fra-eng.fra", 100)
-    (tmp_path / "input.json").write_text(json.dumps(fr), encoding="utf-8")
+    # a LASER3 transformer student (pre-norm, learned positions, <s> prepended by the model, GELU)
+    laser3 = convert(FIXTURES / "tiny-omegaconf.pt", tmp_path / "laser3", spm_model=SPM, spm_vocab=CVOCAB)
+    (tmp_path / "input.json").write_text(json.dumps({"fr": fr, "laser3": fixture_sentences(40)}), encoding="utf-8")
     got = run_in(python, tmp_path, f"""
         import json
         import torch
         from transformers import AutoModel, AutoTokenizer
-        d = {str(tiny_laser2_dir)!r}
-        tok = AutoTokenizer.from_pretrained(d, trust_remote_code=True)
-        model = AutoModel.from_pretrained(d, trust_remote_code=True).eval()
-        batch = tok(json.load(open("input.json", encoding="utf-8")), lang="fr", padding=True, return_tensors="pt")
-        with torch.no_grad():
-            json.dump({{"mode": tok.mode, "fr": model(**batch).pooler_output.tolist()}}, open("result.json", "w"))
+        text = json.load(open("input.json", encoding="utf-8"))
+        out = {{}}
+        for name, d, sentences in [("fr", {str(tiny_laser2_dir)!r}, text["fr"]),
+                                   ("laser3", {str(laser3)!r}, text["laser3"])]:
+            tok = AutoTokenizer.from_pretrained(d, trust_remote_code=True)
+            model = AutoModel.from_pretrained(d, trust_remote_code=True).eval()
+            batch = tok(sentences, lang="fr", padding=True, return_tensors="pt")
+            with torch.no_grad():
+                out[name] = model(**batch).pooler_output.tolist()
+            out[name + "-mode"] = tok.mode
+        json.dump(out, open("result.json", "w"))
     """)
-    assert got["mode"] == "laser2"
+    assert got["fr-mode"] == got["laser3-mode"] == "laser2"
     assert np.abs(np.array(got["fr"]) - reference_embeddings("tatoeba.fra-eng.fra", laser2=True)).max() <= 1e-5
+    # the original's embeddings (fairseq + laser_encoders), first 40 of its 200 sentences per language
+    reference = np.load(FIXTURES / "tiny-omegaconf.npy").reshape(6, 200, -1)[:, :40].reshape(240, -1)
+    assert np.abs(np.array(got["laser3"]) - reference).max() <= 1e-5
 
 
 def test_sentence_transformers_without_hf_laser(tiny_model_dir, tmp_path):

@@ -336,12 +336,16 @@ def save_tokenizer_files(
     bpe_vocab: Path | None = None,
     spm_model: Path | None = None,
     spm_vocab: Path | None = None,
+    laser2_punct_lang: str | None = None,
 ) -> None:
-    """Writes a `LaserTokenizer` (dictionary + BPE codes/vocab or SentencePiece model) into `out_dir`."""
+    """Writes a `LaserTokenizer` (dictionary + BPE codes/vocab or SentencePiece model) into `out_dir`;
+    `laser2_punct_lang`: see [`~text_tokenizer.LaserTextPipeline`] (`"en"` for LASER3 students: laser_encoders'
+    `LaserTokenizer` normalises punctuation with English rules for every language)."""
     from .tokenization_laser import LaserTokenizer
 
     tokenizer = LaserTokenizer.from_laser_files(
-        dictionary, bpe_codes=bpe_codes, bpe_vocab=bpe_vocab, spm_model=spm_model
+        dictionary, bpe_codes=bpe_codes, bpe_vocab=bpe_vocab, spm_model=spm_model,
+        **({"laser2_punct_lang": laser2_punct_lang} if laser2_punct_lang else {}),
     )
     tokenizer.save_pretrained(out_dir)
     if spm_vocab is not None:
@@ -429,6 +433,8 @@ def convert(
                 bpe_vocab=Path(bpe_vocab) if bpe_vocab else None,
                 spm_model=Path(spm_model) if spm_model else None,
                 spm_vocab=Path(spm_vocab) if spm_vocab else None,
+                # a LASER3 BiLSTM student runs under laser_encoders, whose tokenizer uses English punctuation rules
+                laser2_punct_lang="en" if spm and language is not None else None,
             )
         else:
             # No subword model given: the dictionary still lets `encode(..., pretokenized=True)` work.
@@ -531,12 +537,8 @@ def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_ca
     with _staged_directory(out_dir) as tmp_dir:
         model.save_pretrained(tmp_dir)
         if spm_model is not None and not no_tokenizer:
-            from .tokenization_laser import LaserTokenizer
-
-            # laser_encoders' LaserTokenizer normalises punctuation with English rules whatever the language
-            LaserTokenizer.from_laser_files(dictionary, spm_model=Path(spm_model), laser2_punct_lang="en") \
-                .save_pretrained(tmp_dir)
-            shutil.copyfile(spm_vocab, tmp_dir / "spm.cvocab")
+            save_tokenizer_files(tmp_dir, dictionary, spm_model=Path(spm_model), spm_vocab=Path(spm_vocab),
+                                 laser2_punct_lang="en")
         else:
             with open(tmp_dir / "vocab.json", "w", encoding="utf-8") as f:
                 json.dump(dictionary, f, ensure_ascii=False)

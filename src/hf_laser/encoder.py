@@ -162,10 +162,13 @@ class LaserEncoder:
                 (`hf_laser.DEFAULT_MODEL`, laser-mini), announced once on stderr. A model set (a directory with
                 `laser_model_set.json`, or a list of model directories: LASER2 and LASER3 students) gives a
                 [`~model_set.RoutedLaserEncoder`], which embeds each sentence with the model of its language.
+                `"laser2"` / `"laser3-LANG"` (no such local directory): the original release, downloaded from Meta's
+                addresses and converted once into the cache ([`~download.resolve_named_model`]).
             device: where the model runs (default: CPU).
             dtype: model dtype (`torch.float32` default, also for a directory whose config names another dtype;
                 `torch.bfloat16`/`torch.float16` trade fidelity for speed).
-            quantize: `"int8"` applies dynamic int8 quantisation to the LSTM (CPU only; faster, as measured in the
+            quantize: `"int8"` applies dynamic int8 quantisation to the LSTM, or to the linear layers of a LASER3
+                transformer (CPU only; faster, as measured in the
                 README; embeddings no longer within 1e-5 of the original, and each batch's range sets the
                 quantisation, so a vector also depends a little on the sentences batched with it: see README,
                 "Embedding throughput").
@@ -194,6 +197,11 @@ class LaserEncoder:
                                                       quantize=quantize, torch_only=torch_only, engine=engine,
                                                       **kwargs)
         path = resolve_model(path, who="LaserEncoder")
+        if isinstance(path, str) and not Path(path).exists():
+            from .download import resolve_named_model
+
+            # "laser2" / "laser3-wol_Latn": the original release, fetched and converted once into the cache
+            path = resolve_named_model(path) or path
         if engine != "torch":
             why_not = _why_not_numpy(path, device, dtype, quantize, kwargs)
             model = tokenizer_loaded = None
@@ -250,7 +258,8 @@ class LaserEncoder:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             if device is not None and torch.device(device).type != "cpu":
                 raise ValueError("int8 dynamic quantisation runs on CPU only")
-            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM}, dtype=torch.qint8)
+            # the LSTM of a BiLSTM, the projections of a transformer (a BiLSTM encoder has no nn.Linear)
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM, torch.nn.Linear}, dtype=torch.qint8)
         if device is not None:
             model = model.to(device)
         tokenizer, vocab = _load_tokenizer(path, plain=torch_only and not kwargs)
@@ -372,6 +381,7 @@ class LaserEncoder:
             raise LaserInputError(f"expected a list of token-id sequences, got {type(ids).__name__}")
         if max_sentence_tokens is not None and max_sentence_tokens < 2:
             raise ValueError(f"max_sentence_tokens must be at least 2 (one token and </s>), got {max_sentence_tokens}")
+        max_sentence_tokens, model_limit = self._sentence_limit(max_sentence_tokens)
         if device is not None:
             import torch
 
@@ -408,7 +418,7 @@ class LaserEncoder:
                 on_truncated(cut)
             else:
                 warn_at_caller(truncation_message([f"sentence {i} ({n:,} tokens)" for i, n in cut],
-                                                  max_sentence_tokens))
+                                                  max_sentence_tokens, model_limit))
         if show_progress_bar is None:
             show_progress_bar = len(ids) >= PROGRESS_BAR_MIN_SENTENCES
         # not a decorator: the truncation warning above must point at the caller, not at torch's wrapper
@@ -416,6 +426,17 @@ class LaserEncoder:
             return self._encode_unique(unique, lengths, inverse, out, device=device, max_tokens=max_tokens,
                                        batch_size=batch_size, show_progress_bar=show_progress_bar, progress=progress,
                                        checkpoint=checkpoint)
+
+    def _sentence_limit(self, requested: int | None) -> tuple[int | None, bool]:
+        """`(limit, from the model)`: `requested`, or a LASER3 transformer's own limit where that is lower: its
+        `max_positions` (fairseq's `max_source_positions`, `<s>` included): learned positions end there, and the
+        original, which trained on sentences that short, would compute attention over all the tokens of a longer
+        one at once (a 100,000-token line: 160 GB of attention weights)."""
+        config = self.model.config
+        if getattr(config, "encoder_type", "bilstm") != "transformer":
+            return requested, False
+        cap = config.max_positions - int(bool(config.prepend_bos))
+        return (cap, True) if requested is None or requested > cap else (requested, False)
 
     def _no_grad(self):
         if self.engine == "numpy":
@@ -675,8 +696,9 @@ class LaserEncoder:
                 chunks = batched(read_lines(input_path, start=done), chunk_lines)
 
                 def report_truncated(cut, first_line):
+                    limit, model_limit = self._sentence_limit(max_sentence_tokens)
                     message = truncation_message([f"line {first_line + i:,} ({n:,} tokens)" for i, n in cut],
-                                                 max_sentence_tokens) + f" [{input_path}]"
+                                                 limit, model_limit) + f" [{input_path}]"
                     if say is _say:  # the Python API: a warning; the command line: its own stderr line
                         warn_at_caller(message)
                     else:
@@ -810,10 +832,14 @@ def _raise_non_integer(unique: list[tuple], inverse: np.ndarray) -> None:
                                   "token ids")
 
 
-def truncation_message(items: list[str], limit: int) -> str:
-    """The warning for sentences cut to `limit` tokens; `items` name them (`"sentence 3 (250,000 tokens)"`)."""
+def truncation_message(items: list[str], limit: int, model_limit: bool = False) -> str:
+    """The warning for sentences cut to `limit` tokens; `items` name them (`"sentence 3 (250,000 tokens)"`);
+    `model_limit`: the limit is the model's own (a LASER3 transformer's positions), not max_sentence_tokens."""
     shown = ", ".join(items[:10]) + (f" and {len(items) - 10} more" if len(items) > 10 else "")
-    return (f"{len(items)} sentence{'s' if len(items) > 1 else ''} longer than max_sentence_tokens={limit:,} "
-            f"embedded as {'their' if len(items) > 1 else 'its'} first {limit - 1:,} tokens + </s>: {shown} "
-            "(to embed them whole, raise max_sentence_tokens or set it to None; on the command line "
-            "--max-sentence-tokens N, 0 for no limit)")
+    what = f"this model's limit of {limit:,} tokens (config.max_positions)" if model_limit else \
+        f"max_sentence_tokens={limit:,}"
+    fix = ("(a LASER3 transformer takes no more: split such lines)" if model_limit else
+           "(to embed them whole, raise max_sentence_tokens or set it to None; on the command line "
+           "--max-sentence-tokens N, 0 for no limit)")
+    return (f"{len(items)} sentence{'s' if len(items) > 1 else ''} longer than {what} embedded as "
+            f"{'their' if len(items) > 1 else 'its'} first {limit - 1:,} tokens + </s>: {shown} {fix}")

@@ -18,9 +18,10 @@ sentence (`{"text": ..., "lang": ...}` items, which also works through `sentence
 the multi-process pool), not as a list argument. Without a language, the tokenizer's default language is used and
 one warning says so.
 
-A sentence of more than `max_seq_length` tokens (default 100,000, `</s>` included; None: no limit) is embedded as
-its first `max_seq_length - 1` tokens + `</s>`, with a warning that names it, as `LaserEncoder.encode` does with
-`max_sentence_tokens`: the CPU LSTM kernel (oneDNN) fails outright on sequences of about 260k tokens at hidden 512.
+A sentence of more than `max_seq_length` tokens (default 100,000, `</s>` included; None: no limit; a LASER3
+transformer student's own limit, `config.max_positions`, where lower) is embedded as its first `max_seq_length - 1`
+tokens + `</s>`, with a warning that names it, as `LaserEncoder.encode` does with `max_sentence_tokens`: the CPU
+LSTM kernel (oneDNN) fails outright on sequences of about 260k tokens at hidden 512.
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ class LaserSentenceTransformerModule(InputModule):
         self.model = model
         self.tokenizer = tokenizer
         self.max_seq_length: int | None = DEFAULT_MAX_SEQ_LENGTH
+        config = model.config
+        if getattr(config, "encoder_type", "bilstm") == "transformer":
+            # a LASER3 student takes no more (its positions; `<s>` is prepended by the model)
+            self.max_seq_length = min(DEFAULT_MAX_SEQ_LENGTH, config.max_positions - int(bool(config.prepend_bos)))
         self._warned_default_lang = False
 
     @property
@@ -176,6 +181,7 @@ class LaserSentenceTransformerModule(InputModule):
 
     def __repr__(self) -> str:
         config = self.model.config
-        return (f"LaserSentenceTransformerModule(layers={config.num_layers}, hidden_size={config.hidden_size}, "
+        return (f"LaserSentenceTransformerModule(encoder={getattr(config, 'encoder_type', 'bilstm')}, "
+                f"layers={config.num_layers}, hidden_size={config.hidden_size}, "
                 f"embedding_dim={config.embedding_dim}, tokenizer={self.tokenizer.mode}, "
                 f"default_lang={self.tokenizer.default_lang!r})")
