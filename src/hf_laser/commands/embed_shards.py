@@ -55,13 +55,13 @@ def run(args: argparse.Namespace) -> int:
     from ..models import check_model_dir, resolve_model
     from ..text_tokenizer import _check_lang
 
-    for lang, path in args.input:
+    for i, (lang, path) in enumerate(args.input):
         if not Path(path).is_file():
             raise FileNotFoundError(f"input file not found: {path}" if not Path(path).exists()
                                     else f"input {path} is not a file")
         if not args.pretokenized:
             _check_lang(lang)
-            check_lang_arg(lang, WHO, "--input LANG")
+            args.input[i] = (check_lang_arg(lang, WHO, "--input LANG"), path)  # a language name -> its code
     check_device_arg(args.device)
     check_encoding_args(args)
     model = resolve_model(args.model, who=WHO)
