@@ -170,3 +170,58 @@ def test_full_disk_reports_the_lines_the_next_run_resumes_at(encoder, fr, tmp_pa
     got = np.array(encoder.encode_file(fr, out, lang="fr", chunk_lines=30))
     assert f"resuming {out} at line 30 of 100" in capsys.readouterr().err
     assert got.tobytes() == fresh(encoder, fr, tmp_path, lang="fr", chunk_lines=30).tobytes()
+
+
+def _zero_rows_keeping_size_and_mtime(path: Path, rows: slice) -> None:
+    """Zeroes rows of a finished float32 output in place and restores its modification time (the edit a size/mtime
+    check cannot see)."""
+    st = path.stat()
+    arr = np.load(path, mmap_mode="r+")
+    arr[rows] = 0
+    arr.flush()
+    del arr
+    import os
+
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+def test_a_finished_output_changed_in_place_is_recomputed_not_reused(encoder, fr, tmp_path, capsys):
+    """#52 D8: 50 rows zeroed with the mtime restored were reused as "up to date"; the content checksum catches it."""
+    out = tmp_path / "out.npy"
+    ref = np.array(encoder.encode_file(fr, out, lang="fr"))
+    manifest = json.loads((tmp_path / "out.npy.manifest.json").read_text())
+    assert manifest["output"]["sha256"] == O.file_sha256(out)
+    _zero_rows_keeping_size_and_mtime(out, slice(0, 50))
+    capsys.readouterr()
+    got = np.array(encoder.encode_file(fr, out, lang="fr"))
+    assert "its content changed after it was written (sha256 differs from its manifest)" in capsys.readouterr().err
+    assert got.tobytes() == ref.tobytes() and not (got[:50] == 0).all()
+    np.array(encoder.encode_file(fr, out, lang="fr"))
+    assert "is up to date" in capsys.readouterr().err  # and the recomputed one is reused
+
+
+def test_a_manifest_without_checksum_is_recomputed(encoder, fr, tmp_path, capsys):
+    out = tmp_path / "out.npy"
+    ref = np.array(encoder.encode_file(fr, out, lang="fr"))
+    manifest = tmp_path / "out.npy.manifest.json"
+    content = json.loads(manifest.read_text())
+    del content["output"]["sha256"]  # as hf-laser wrote it before the checksum
+    manifest.write_text(json.dumps(content))
+    capsys.readouterr()
+    assert np.array(encoder.encode_file(fr, out, lang="fr")).tobytes() == ref.tobytes()
+    assert "records no checksum of its content" in capsys.readouterr().err
+
+
+def test_a_changed_embedding_shard_is_stale_and_recomputed(encoder, fr, tmp_path):
+    from hf_laser.mining.shards import StaleEmbeddingsError, embed_shards, load_embedding_shards
+
+    embed_dir = tmp_path / "emb"
+    embed_shards(encoder, fr, embed_dir, "fr", num_shards=2, rank=0, world_size=1)
+    ref = load_embedding_shards(embed_dir, fr, "fr").to_numpy()
+    shard = sorted(embed_dir.glob("*.npy"))[0]
+    _zero_rows_keeping_size_and_mtime(shard, slice(0, 5))
+    with pytest.raises(StaleEmbeddingsError, match="content changed after it was written"):
+        load_embedding_shards(embed_dir, fr, "fr")
+    embed_shards(encoder, fr, embed_dir, "fr", num_shards=2, rank=0, world_size=1)  # redoes that shard
+    assert load_embedding_shards(embed_dir, fr, "fr").to_numpy().tobytes() == ref.tobytes()

@@ -440,6 +440,12 @@ class OutputFiles:
             return "it was computed from something else: " + "; ".join(changes)
         if out_shape != shape or out_dtype != dtype:
             return f"it holds {out_shape} {out_dtype}, expected {shape} {dtype}"
+        # size and mtime can be kept by an edit (or restored): the content is checked against its checksum
+        if not isinstance(recorded.get("sha256"), str):
+            return "its manifest records no checksum of its content (written by an older hf-laser), so it cannot be " \
+                   "checked"
+        if file_sha256(self.output) != recorded["sha256"]:
+            return "its content changed after it was written (sha256 differs from its manifest)"
         return None
 
     def resumable_lines(self, identity: dict, shape: tuple, dtype: np.dtype, say) -> int | None:
@@ -530,6 +536,15 @@ class OutputFiles:
         """A [`ResumableWriter`] of `OUT.partial`: a new one (`done=None`: any partial state is discarded), or the
         interrupted run that [`resumable_lines`] found `done` lines into."""
         return ResumableWriter(self, identity, input_info, shape, dtype, done)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a whole file (the finished output's checksum in its manifest)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _sha256_of(f, length: int) -> str:
@@ -654,13 +669,14 @@ class ResumableWriter:
         self.close()
         files = self.files
         files.manifest.unlink(missing_ok=True)
+        digest = file_sha256(files.partial)  # read back: what is on disk is what a later run checks
         os.replace(files.partial, files.output)
         st = files.output.stat()
         try:
             write_json_atomic(files.manifest, {
                 "format": MANIFEST_FORMAT, "identity": self.identity,
                 "output": {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "shape": list(self.shape),
-                           "dtype": self.dtype.name},
+                           "dtype": self.dtype.name, "sha256": digest},
                 "input": {"path": self.input_info["path"], "mtime_ns": self.input_info["mtime_ns"]},
                 **info, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             })

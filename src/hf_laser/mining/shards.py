@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS
-from ..outputs import (embedding_identity, identity_changes, output_lock, read_json, scan_input,
-                       write_json_atomic, write_npy_atomic)
+from ..outputs import (OutputFiles, embedding_identity, file_sha256, identity_changes, npy_header, output_lock,
+                       read_json, scan_input, write_json_atomic, write_npy_atomic)
 from .embeddings import ShardedEmbeddings
 from .lines import iter_lines
 
@@ -128,7 +128,7 @@ def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[
     done = embed_dir / f"{name}.done.json"
     txt = embed_dir / f"{name}.txt"
     npy = embed_dir / f"{name}.npy"
-    if _done_tag(done) == tag and npy.exists():
+    if _done_tag(done) == tag and npy.exists() and _shard_problem(npy) is None:
         return
     done.unlink(missing_ok=True)
     # the shard's text, rewritten from the input (encode_file resumes its embedding when the content is the same)
@@ -161,6 +161,22 @@ def _done_tag(done: Path) -> str | None:
         return read_json(done).get("tag")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def _shard_problem(npy: Path) -> str | None:
+    """Why a finished shard's content cannot be trusted (None: it is what `encode_file` wrote, checked against the
+    sha256 in its manifest; an empty shard has nothing to check)."""
+    try:
+        if npy_header(npy)[0][0] == 0:
+            return None
+        recorded = read_json(OutputFiles(npy).manifest)["output"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its manifest, with the checksum of its content, is missing or unreadable"
+    if not isinstance(recorded, str):
+        return "its manifest records no checksum of its content (written by an older hf-laser)"
+    if file_sha256(npy) != recorded:
+        return "its content changed after it was written (sha256 differs from its manifest)"
+    return None
 
 
 def _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag) -> Path | None:
@@ -214,6 +230,9 @@ def load_embedding_shards(
         raise StaleEmbeddingsError(f"stale embedding shards {manifest.name} for {input_path}: " + "; ".join(changes))
     arrays = []
     for sh in info["shards"]:
+        if problem := _shard_problem(embed_dir / sh["file"]):
+            raise StaleEmbeddingsError(f"stale embedding shard {sh['file']} of {input_path}: {problem}; run "
+                                       "embed-shards again (it recomputes that shard)")
         a = np.load(embed_dir / sh["file"], mmap_mode="r")
         if a.shape[0] != sh["end"] - sh["start"]:
             raise ValueError(f"shard {sh['file']} has {a.shape[0]} rows, expected {sh['end'] - sh['start']}")
