@@ -261,6 +261,16 @@ def test_unknown_language_is_a_warning_in_the_answer(server, encoder):
     assert "unknown language code 'qqq'" in vec["warnings"][0]
 
 
+def test_language_names_are_languages_on_the_server_too(server, encoder):
+    resp = post(server, "/v1/embeddings", {"input": ["Bonjour le monde."], "lang": "french"})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["data"][0]["lang"] == "fr" and "warnings" not in body
+    np.testing.assert_allclose(openai_rows(body), encode(encoder, ["Bonjour le monde."], "fr"), rtol=0, atol=TOL)
+    bad = requests.get(f"{server.url}/vectorize", params={"q": "a", "lang": "../x"}, timeout=TIMEOUT)
+    assert bad.status_code == 400 and "is not a language code" in bad.json()["error"]["message"]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Bad input: a 4xx with a JSON error, and the server goes on serving
 # ---------------------------------------------------------------------------------------------------------------
@@ -270,6 +280,12 @@ BAD_OPENAI = [
     ({"input": ["a", "b"], "lang": ["en"]}, 400, "1 codes for 2 inputs"),
     ({"input": ["a"], "lang": [""]}, 400, "lang[0]"),
     ({"input": ["a"], "lang": " "}, 400, "empty string"),
+    # #52 D1: "--" (/vectorize's pre-tokenized marker) was a 500 IndexError with 3 inputs, "-" taken as a language
+    # with 1-2; the CLI's language rule now holds on the server
+    ({"input": ["a", "b", "c"], "lang": "--"}, 400, "'lang': '--' is not a language code"),
+    ({"input": ["a"], "lang": "--"}, 400, "'lang': '--' is not a language code"),
+    ({"input": ["a"], "lang": "../../etc/passwd"}, 400, "'../../etc/passwd' is not a language code"),
+    ({"input": ["a", "b"], "lang": ["fr", "fr,en"]}, 400, "'lang[1]': 'fr,en' is not a language code"),
     ({"model": "laser-mini"}, 400, "missing 'input'"),
     ({"input": 42}, 400, "a string or a list"),
     ({"input": {"text": "a"}}, 400, "a string or a list"),

@@ -10,11 +10,14 @@ mean; choosing among them is the caller's (a model set chooses among the student
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 TABLE = Path(__file__).resolve().parent / "data" / "laser_languages.tsv"
+# a language code: ISO 639-1/3 with optional script / region parts (fr, fra, en-US, eng_Latn, zh_Hans)
+LANG_CODE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
 
 
 @dataclass(frozen=True)
@@ -70,3 +73,20 @@ def flores_codes(lang: str) -> tuple[str, ...]:
 
 def is_flores_code(code: str) -> bool:
     return code in laser_languages()
+
+
+def check_language(lang: str) -> str:
+    """The one rule for a language argument of the command line and the server: a language code (`fr`, `fra`,
+    `en-US`, `eng_Latn`) is returned as it is, a language's English name as LASER lists it (`french`, `wolof`) as its
+    FLORES-200 code; anything else (`fr,en`, `123`, `../etc`, `--`) raises ValueError saying what is expected.
+    (`"auto"` is the caller's to allow.)"""
+    if not isinstance(lang, str) or not lang.strip():
+        raise ValueError(f"{lang!r} is not a language code: give one (en, fr, zh, ...)")
+    if LANG_CODE.match(lang):
+        return lang
+    codes = flores_codes(lang)
+    if len(codes) == 1:
+        return codes[0]
+    raise ValueError(f"{lang!r} is not a language code{' of one language' if codes else ''}: give one ISO 639 code "
+                     "(en, fr, zh, ...; en-US and eng_Latn work too), a FLORES-200 code, a language name (french, "
+                     "wolof), or auto to detect the language per sentence")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -67,7 +66,6 @@ def slow_cpu_dtype_message(dtype, device) -> str | None:
             "--int8 is the faster CPU mode")
 
 
-_LANG_CODE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
 
 
 def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | None:
@@ -81,15 +79,13 @@ def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | No
         return lang
     if not lang.strip():
         raise UsageError(f"{flag} lang is an empty string: give a language code (en, fr, zh, ...) or auto")
-    if not _LANG_CODE.match(lang):
-        from ..languages import flores_codes
+    from ..languages import LANG_CODE, check_language
 
-        codes = flores_codes(lang)
-        if len(codes) == 1:
-            return codes[0]
-        raise UsageError(f"{flag} {lang!r} is not a language code{' of one language' if codes else ''}: give one "
-                         "ISO 639 code (en, fr, zh, ...; en-US and eng_Latn work too), a FLORES-200 code, a "
-                         "language name (french, wolof), or auto to detect the language per sentence")
+    if not LANG_CODE.match(lang):
+        try:
+            return check_language(lang)
+        except ValueError as err:
+            raise UsageError(f"{flag} {err}") from None
     from ..preprocessing import _KNOWN_CODES, _warned_codes, normalize_lang
 
     code = normalize_lang(lang)

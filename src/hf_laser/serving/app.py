@@ -352,6 +352,8 @@ class EmbeddingService:
         if lang is not None and not isinstance(lang, str):
             raise ApiError(400, f"'lang' must be a string, got {_json_type(lang)}", param="lang")
         lang = lang.strip() if lang and lang.strip() else "en"  # the original's default
+        if lang != TOK_STAGE:  # (the original server's "--": the text is tokenized already)
+            lang = _language(lang, "lang")
         lines = split_lines(q)
         self.check_count(len(lines), "q")
         _, warnings, ids, keys = await self.token_ids(lines, lang)
@@ -424,12 +426,25 @@ def parse_json(body: bytes):
         raise ApiError(400, f"the request body is not valid JSON: {err}", code="invalid_json") from None
 
 
+def _language(code: str, param: str) -> str:
+    """One language of a request by the command line's rule ([`~hf_laser.languages.check_language`]): `auto`, a
+    code, or a language name (given back as its FLORES-200 code); anything else is a 400."""
+    from ..languages import check_language
+
+    if is_auto(code):
+        return code
+    try:
+        return check_language(code)
+    except ValueError as err:
+        raise ApiError(400, f"'{param}': {err}", param=param) from None
+
+
 def check_lang(lang, n: int, param: str):
     """`lang` of a request: a non-empty code (or `"auto"`), or a list of them with one per input."""
     if isinstance(lang, str):
         if not lang.strip():
             raise ApiError(400, f"'{param}' is an empty string; give a language code or 'auto'", param=param)
-        return lang.strip()
+        return _language(lang.strip(), param)
     if isinstance(lang, list):
         if len(lang) != n:
             raise ApiError(400, f"'{param}' has {len(lang)} codes for {n} inputs: give one per input, or a single "
@@ -438,7 +453,7 @@ def check_lang(lang, n: int, param: str):
             if not isinstance(code, str) or not code.strip():
                 raise ApiError(400, f"{param}[{i}] is {_json_type(code)} {code!r:.40}, expected a language code "
                                     "or 'auto'", param=param)
-        return [code.strip() for code in lang]
+        return [_language(code.strip(), f"{param}[{i}]") for i, code in enumerate(lang)]
     raise ApiError(400, f"'{param}' must be a language code, 'auto', or a list with one code per input; got "
                         f"{_json_type(lang)}", param=param)
 
