@@ -163,8 +163,8 @@ def test_serve_routes_each_input_and_lists_the_members(model_set):
         ids = [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
         name = model_set.name
         assert ids == [name, f"{name}/default", f"{name}/wol_Latn", f"{name}/zho_Hans", f"{name}/zho_Hant"]
-        for lang, match in (("auto", "must name it"), ("klingon", "unknown language 'klingon'"),
-                            ("zh", "names 2 languages")):
+        for lang, match in (("auto", "must name it"), ("klingon", "'klingon' is not a language code"),
+                            ("qqq", "unknown language 'qqq'"), ("zh", "names 2 languages")):
             answer = requests.post(f"{server.url}/v1/embeddings", json={"input": WOLOF, "lang": lang}, timeout=30)
             assert answer.status_code == 400 and match in answer.json()["error"]["message"]
         vec = requests.post(f"{server.url}/vectorize", data={"q": "\n".join(WOLOF), "lang": "wol_Latn"}, timeout=30)
