@@ -269,3 +269,29 @@ def test_embed_shards_workers_do_not_repeat_the_default_model_notice(fr, tmp_pat
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("no model given, using the shipped default model") == 1, proc.stderr
+
+
+def test_tokenizer_caches_are_bounded_in_size_not_only_in_entries(monkeypatch):
+    """#52 D2: a 4,000,002-character word was kept in the word caches (20 MB a request, forever: 738 -> 1,264 MB RSS
+    on a server after five of them). Long words are not cached, and the caches are cleared past a size in
+    characters; the ids do not change."""
+    import hf_laser.bpe as B
+    import hf_laser.text_tokenizer as T
+    from hf_laser import DEFAULT_MODEL
+    from hf_laser.text_tokenizer import LaserTextTokenizer
+
+    tok = LaserTextTokenizer.from_directory(DEFAULT_MODEL)
+    core, bpe = tok._core, tok._core.pipeline.bpe
+    huge = "w0" + "a" * 4_000_000
+    ids = tok.encode_lines([huge], lang="en")
+    assert huge not in core._word_ids and huge not in bpe._cache
+    assert ids == tok.encode_lines([huge], lang="en")
+    monkeypatch.setattr(T, "_WORD_CACHE_UNITS", 1_000)
+    monkeypatch.setattr(B, "CACHE_CHARS", 1_000)
+    words = [f"word{i}" + "x" * 100 for i in range(200)]
+    fresh = [core.tokens_to_ids(bpe.bpe_word(w).split()) for w in words]
+    for w, expected in zip(words, fresh):
+        assert tok.encode_lines([w], lang="en")[0][:-1] == expected
+        bpe.apply_word(w)
+        assert sum(len(k) + len(v) for k, v in core._word_ids.items()) <= 1_000 + 2 * 120
+        assert sum(len(k) + len(v) for k, v in bpe._cache.items()) <= 1_000 + 2 * 600

@@ -60,6 +60,11 @@ from collections.abc import Iterable, Iterator
 __all__ = ["FastBPE", "split_symbols", "read_codes", "read_vocab"]
 
 END_WORD = "</w>"
+# The word cache is bounded in size, not only in entries: words longer than this are not kept, and the cache is
+# cleared when its keys and values hold more characters than CACHE_CHARS (a server's memory must not keep what one
+# request sent: 16 MB words kept 20 MB each)
+CACHE_MAX_WORD_CHARS = 256
+CACHE_CHARS = 32 << 20
 TOKEN_DELIM = "@@"
 
 # NUL (ends the C loop) and surrogateescape'd bytes need the slow path of split_symbols
@@ -152,6 +157,7 @@ class FastBPE:
             self.vocab = dict(vocab)
         self.cache_size = cache_size
         self._cache: dict[str, str] = {}
+        self._cache_chars = 0  # characters held by the cache (keys + values): bounded by CACHE_CHARS
 
     # ------------------------------------------------------------------ core
     def _merge(self, word: str) -> list[str]:
@@ -230,9 +236,13 @@ class FastBPE:
         except KeyError:
             pass
         res = self.bpe_word(word)
-        if self.cache_size is not None and len(self._cache) >= self.cache_size:
+        if len(word) > CACHE_MAX_WORD_CHARS:  # a long word is rare and costs more to keep than to redo
+            return res
+        if self.cache_size is not None and (len(self._cache) >= self.cache_size or self._cache_chars > CACHE_CHARS):
             self._cache.clear()
+            self._cache_chars = 0
         self._cache[word] = res
+        self._cache_chars += len(word) + len(res)
         return res
 
     # ------------------------------------------------------------------ lines

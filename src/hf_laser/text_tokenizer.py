@@ -31,7 +31,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .bpe import FastBPE, read_codes, read_vocab
+from .bpe import CACHE_MAX_WORD_CHARS, FastBPE, read_codes, read_vocab
 from .langid import AUTO, CHECK_SAMPLE, is_auto
 
 VOCAB_FILES_NAMES = {
@@ -43,6 +43,7 @@ VOCAB_FILES_NAMES = {
 
 STAGES = ("tok", "bpe", "ids")
 _WORD_CACHE_SIZE = 500_000  # distinct words whose ids are cached (cleared when full)
+_WORD_CACHE_UNITS = 32 << 20  # ... and at most this many characters + ids in it (a bound in bytes, not entries)
 _PRETOKENIZED = (False, True, "bpe", "tok")
 SPIECE_UNDERLINE = "\u2581"
 
@@ -344,6 +345,7 @@ class _IdsEncoder:
         self.unk_id = unk_id
         self.eos_id = eos_id
         self._word_ids: dict[str, tuple[int, ...]] = {}
+        self._word_ids_size = 0  # characters of the keys + ids of the values: bounded by _WORD_CACHE_UNITS
 
     def __reduce__(self):
         return (_IdsEncoder, (self.pipeline, self.vocab, self.unk_id, self.eos_id))
@@ -366,9 +368,12 @@ class _IdsEncoder:
                     r = cache.get(w)
                     if r is None:
                         r = tuple(get(t, unk) for t in bpe.bpe_word(w).split())
-                        if len(cache) >= _WORD_CACHE_SIZE:
-                            cache.clear()
-                        cache[w] = r
+                        if len(w) <= CACHE_MAX_WORD_CHARS:  # (a long word costs more to keep than to redo)
+                            if len(cache) >= _WORD_CACHE_SIZE or self._word_ids_size > _WORD_CACHE_UNITS:
+                                cache.clear()
+                                self._word_ids_size = 0
+                            cache[w] = r
+                            self._word_ids_size += len(w) + len(r)
                     ids.extend(r)
             out.append(ids)
         return out
