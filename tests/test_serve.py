@@ -316,7 +316,7 @@ def test_bad_bodies_and_routes(server):
     for body in (b"{not json", b"", b"\xff\xfe{}", b'{"input": ["a"]'):
         assert_error(requests.post(f"{url}/v1/embeddings", data=body, timeout=TIMEOUT,
                                    headers={"Content-Type": "application/json"}), 400)
-    assert_error(requests.post(f"{url}/v1/embeddings", data=b'["a"]', timeout=TIMEOUT), 400, "JSON object")
+    assert_error(requests.post(f"{url}/v1/embeddings", json=["a"], timeout=TIMEOUT), 400, "JSON object")
     assert_error(requests.get(f"{url}/v1/embeddings", timeout=TIMEOUT), 405)
     assert_error(requests.get(f"{url}/no/such/path", timeout=TIMEOUT), 404)
     assert_error(requests.get(f"{url}/vectorize", timeout=TIMEOUT), 400, "missing 'q'")
@@ -345,7 +345,7 @@ def test_client_disconnects(server, encoder):
     before = requests.get(f"{url}/health", timeout=TIMEOUT).json()
     # 1. the body never arrives in full
     with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
-        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 1000\r\n\r\n{\"input\": [\"a")
     # 2. a request queued behind busy batches, whose client leaves before its answer
     with ThreadPoolExecutor(2) as pool:
@@ -356,7 +356,7 @@ def test_client_disconnects(server, encoder):
             time.sleep(0.01)
         body = json.dumps({"input": ["Le musée est fermé le lundi."], "lang": "fr"}).encode()
         with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
-            sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         for f in heavy:
             assert f.result(timeout=TIMEOUT * 2).status_code == 200
@@ -456,4 +456,101 @@ def test_sigterm_finishes_requests_in_flight(encoder):
             requests.get(f"{srv.url}/health", timeout=5)
         assert "Finished server process" in srv.output()
     finally:
+        srv.cleanup()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# #52: security (API key, Host allow-list, JSON only as JSON, 5xx without details) and a bounded shutdown
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_api_key_hosts_and_json_content_type():
+    srv = ServerProcess("--api-key", "s3cret", *LIMITS)
+    try:
+        url, body = srv.url, {"input": ["Bonjour."], "lang": "fr"}
+        assert requests.get(f"{url}/health", timeout=TIMEOUT).status_code == 200  # open: for load balancers
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            resp = requests.post(f"{url}/v1/embeddings", json=body, headers=headers, timeout=TIMEOUT)
+            assert_error(resp, 401, "API key")
+            assert resp.headers["www-authenticate"] == "Bearer"
+        assert_error(requests.get(f"{url}/v1/models", timeout=TIMEOUT), 401)
+        assert_error(requests.get(f"{url}/vectorize", params={"q": "a"}, timeout=TIMEOUT), 401)
+        key = {"Authorization": "Bearer s3cret"}
+        assert requests.post(f"{url}/v1/embeddings", json=body, headers=key, timeout=TIMEOUT).status_code == 200
+        # a page of another name that resolves to this machine (DNS rebinding) sends its own Host
+        assert_error(requests.post(f"{url}/v1/embeddings", json=body, timeout=TIMEOUT,
+                                   headers={**key, "Host": "attacker.example"}), 421, "not one this server answers")
+        assert requests.get(f"{url}/health", headers={"Host": "localhost:8080"}, timeout=TIMEOUT).status_code == 200
+        # a text/plain POST is a "simple" request any web page may send without CORS: not read as JSON
+        assert_error(requests.post(f"{url}/v1/embeddings", data=json.dumps(body), timeout=TIMEOUT,
+                                   headers={**key, "Content-Type": "text/plain"}), 415, "application/json")
+    finally:
+        srv.cleanup()
+
+
+def test_server_errors_say_only_internal_error_and_log_a_request_id(caplog):
+    import logging
+
+    import uvicorn
+
+    from hf_laser.serving.app import Security, create_app
+    from hf_laser.serving.server import bind, url_of
+
+    class FailingEncoder:
+        """Tokenizes, embeds the warm-up, then fails with a message a client must not see."""
+
+        dim, device, quantize, calls = 4, "cpu", None, 0
+
+        class tokenizer:  # noqa: N801
+            default_lang = "en"
+
+        def token_ids(self, texts, lang):
+            return [[5, 2] for _ in texts]
+
+        def encode_ids(self, ids, **kwargs):
+            self.calls += 1
+            if self.calls > 1:
+                raise RuntimeError("secret detail: /srv/models/private")
+            return np.zeros((len(ids), 4), dtype=np.float32)
+
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(create_app(FailingEncoder(), security=Security()), log_level="error",
+                                           lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.05)
+        with caplog.at_level(logging.ERROR, logger="hf_laser.serve"):
+            resp = requests.post(f"{url_of(sock)}/v1/embeddings", json={"input": ["a"], "lang": "en"},
+                                 timeout=TIMEOUT)
+        error = assert_error(resp, 500, "internal error (request id ")
+        assert "secret" not in resp.text and "RuntimeError" not in resp.text
+        request_id = error["message"].split("request id ")[1].rstrip(")")
+        assert any(request_id in r.getMessage() and "secret detail" in r.getMessage() for r in caplog.records)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def test_sigterm_with_hostile_clients_ends_within_the_grace():
+    """#52 D5: one client sent half a body, another holds an idle connection: SIGTERM waited forever (> 90 s at
+    "Waiting for connections to close"); now the connections are closed after --shutdown-grace-s."""
+    srv = ServerProcess("--shutdown-grace-s", "2", *LIMITS)
+    host, port = srv.url.removeprefix("http://").split(":")
+    idle, half = socket.create_connection((host, int(port))), socket.create_connection((host, int(port)))
+    try:
+        half.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"input\": [\"a")
+        time.sleep(0.5)
+        started = time.monotonic()
+        status = srv.stop(timeout=60)
+        took = time.monotonic() - started
+        assert graceful(status), srv.output()
+        assert took < 20, f"SIGTERM took {took:.1f} s with a half body and an idle connection"
+    finally:
+        idle.close()
+        half.close()
         srv.cleanup()

@@ -21,8 +21,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-name", default=None,
                         help="the model id the API reports (default: the model directory's name)")
     parser.add_argument("--host", default=DEFAULT_HOST,
-                        help=f"address to listen on (default {DEFAULT_HOST}: this machine only; there is no "
-                             "authentication, so put it behind a proxy before listening on other addresses)")
+                        help=f"address to listen on (default {DEFAULT_HOST}: this machine only; on other addresses "
+                             "set --api-key and --allowed-hosts, or put it behind a proxy)")
+    parser.add_argument("--api-key", default=None,
+                        help="require 'Authorization: Bearer KEY' on every route but /health and the demo page's HTML "
+                             "(default: $HF_LASER_API_KEY; unset: no key)")
+    parser.add_argument("--allowed-hosts", default=None,
+                        help="comma-separated Host names the server answers to (default: localhost,127.0.0.1,::1 "
+                             "and the --host address; '*': any; others get 421, which stops DNS rebinding)")
+    parser.add_argument("--shutdown-grace-s", type=float, default=60.0,
+                        help="on SIGTERM / Ctrl-C, how long requests in flight may take before the connections are "
+                             "closed (default 60)")
+    parser.add_argument("--max-connections", type=int, default=1000,
+                        help="connections and requests served at once (default 1000; more get 503)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
@@ -48,10 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("max_batch_tokens", "max_inputs", "max_request_tokens", "max_body_bytes", "threads"):
+    for name in ("max_batch_tokens", "max_inputs", "max_request_tokens", "max_body_bytes", "threads",
+                 "max_connections"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if args.shutdown_grace_s < 0:
+        raise UsageError(f"--shutdown-grace-s must be >= 0, got {args.shutdown_grace_s}")
     if args.max_wait_ms < 0:
         raise UsageError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
     if not 0 <= args.port <= 65535:
@@ -87,7 +101,25 @@ def run(args: argparse.Namespace) -> int:
                         max_body_bytes=args.max_body_bytes)
         serve(encoder, sock=sock, model_id=args.model_name or model_name(model), limits=limits,
               max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, log_level=args.log_level,
-              access_log=not args.no_access_log)
+              access_log=not args.no_access_log, security=security_of(args),
+              shutdown_grace_s=args.shutdown_grace_s, max_connections=args.max_connections)
     finally:
         sock.close()
     return 0
+
+
+def security_of(args: argparse.Namespace):
+    """The server's [`~hf_laser.serving.app.Security`] from `--api-key` / `$HF_LASER_API_KEY` and `--allowed-hosts`
+    (default: the loopback names and the `--host` address)."""
+    import os
+
+    from ..serving.app import LOOPBACK_HOSTS, Security
+
+    key = args.api_key if args.api_key is not None else os.environ.get("HF_LASER_API_KEY") or None
+    if args.allowed_hosts is not None:
+        hosts = tuple(h.strip() for h in args.allowed_hosts.split(",") if h.strip())
+        if not hosts:
+            raise UsageError("--allowed-hosts is empty: give host names, or '*' for any")
+    else:
+        hosts = LOOPBACK_HOSTS + ((args.host,) if args.host not in ("0.0.0.0", "::", "") else ())
+    return Security(api_key=key, allowed_hosts=hosts)

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
 import logging
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -54,17 +56,43 @@ class Limits:
     max_body_bytes: int = 16 * 1024 * 1024  # request body
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
+class Security:
+    """Who may use the server: `api_key` (when set, every route but `/health` and the demo page's HTML needs
+    `Authorization: Bearer KEY`) and the `Host` names a request may carry (`"*"`: any; by default the loopback
+    names, so a web page whose name resolves to this machine, DNS rebinding, is refused)."""
+
+    api_key: str | None = None
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        if "*" in self.allowed_hosts:
+            return True
+        if not host_header:
+            return False
+        host = host_header.strip().lower()
+        host = host[1:host.index("]")] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0] \
+            if host.count(":") == 1 else host
+        return host in {h.lower().strip("[]") for h in self.allowed_hosts}
+
+
 class ApiError(Exception):
     """An error answered as `{"error": {...}}` with HTTP `status`."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 headers: dict | None = None):
         super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
+        self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
 
     def response(self) -> Response:
         kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return json_response({"error": {"message": self.message, "type": kind, "param": self.param,
-                                        "code": self.code}}, self.status)
+        response = json_response({"error": {"message": self.message, "type": kind, "param": self.param,
+                                            "code": self.code}}, self.status)
+        response.headers.update(self.headers or {})
+        return response
 
 
 class ClientGone(Exception):
@@ -158,7 +186,12 @@ class EmbeddingService:
         return b"".join(chunks)
 
     async def read_json(self, request: Request):
-        # the body is read as JSON whatever its Content-Type says (curl -d sends a form type)
+        # JSON only under a JSON type: a text/plain or form POST is a "simple" request any web page may send
+        # without CORS (and curl -d sends a form type: -H 'Content-Type: application/json')
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/json" and not ctype.endswith("+json"):
+            raise ApiError(415, f"{request.url.path} takes application/json, got {ctype or 'no Content-Type'} (curl: "
+                                "-H 'Content-Type: application/json')", code="unsupported_media_type")
         return parse_json(await self.read_body(request))
 
     # ------------------------------------------------------------------ languages and tokens
@@ -467,16 +500,29 @@ async def _wait_disconnect(request: Request) -> None:
 
 
 def create_app(encoder, *, model_id: str | None = None, limits: Limits = Limits(),
-               max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS) -> Starlette:
+               max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
+               security: Security = Security()) -> Starlette:
     """The ASGI app serving `encoder` (a `LaserEncoder` with a tokenizer); run it with uvicorn
     (see `hf_laser.serving.server.serve`)."""
     service = EmbeddingService(encoder, model_id=model_id, limits=limits, max_batch_tokens=max_batch_tokens,
                                max_wait_ms=max_wait_ms)
 
-    def handle(fn, counted: bool = False):
+    def check_access(request: Request, open_route: bool) -> None:
+        if not security.host_allowed(request.headers.get("host")):
+            raise ApiError(421, f"Host {request.headers.get('host')!r} is not one this server answers to "
+                                "(--allowed-hosts)", code="host_not_allowed")
+        if security.api_key is None or open_route:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), security.api_key.encode()):
+            raise ApiError(401, "missing or wrong API key: send the header 'Authorization: Bearer KEY'",
+                           code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+    def handle(fn, counted: bool = False, open_route: bool = False):
         async def endpoint(request: Request) -> Response:
             service.active += counted
             try:
+                check_access(request, open_route)
                 return await fn(request)
             except ApiError as err:
                 return err.response()
@@ -494,8 +540,11 @@ def create_app(encoder, *, model_id: str | None = None, limits: Limits = Limits(
                         code="not_found" if exc.status_code == 404 else None).response()
 
     async def server_error(request: Request, exc: Exception) -> Response:
-        logger.exception("error while serving %s %s", request.method, request.url.path)
-        return ApiError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+        # the client learns only that it failed and which log line says why
+        request_id = uuid.uuid4().hex[:16]
+        logger.error("request %s: error while serving %s %s: %s: %s", request_id, request.method, request.url.path,
+                     type(exc).__name__, " ".join(str(exc).split()), exc_info=exc)
+        return ApiError(500, f"internal error (request id {request_id})", code="internal_error").response()
 
     @asynccontextmanager
     async def lifespan(app):
@@ -506,8 +555,8 @@ def create_app(encoder, *, model_id: str | None = None, limits: Limits = Limits(
             await service.stop()
 
     routes = [
-        Route("/", handle(service.index), methods=["GET"]),
-        Route("/health", handle(service.health), methods=["GET"]),
+        Route("/", handle(service.index, open_route=True), methods=["GET"]),
+        Route("/health", handle(service.health, open_route=True), methods=["GET"]),
         Route("/v1/models", handle(service.models), methods=["GET"]),
         Route("/v1/models/{model:path}", handle(service.model), methods=["GET"]),
         Route("/v1/embeddings", handle(service.openai_embeddings, counted=True), methods=["POST"]),
