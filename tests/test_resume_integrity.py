@@ -225,3 +225,19 @@ def test_a_changed_embedding_shard_is_stale_and_recomputed(encoder, fr, tmp_path
         load_embedding_shards(embed_dir, fr, "fr")
     embed_shards(encoder, fr, embed_dir, "fr", num_shards=2, rank=0, world_size=1)  # redoes that shard
     assert load_embedding_shards(embed_dir, fr, "fr").to_numpy().tobytes() == ref.tobytes()
+
+
+def test_an_output_where_no_lock_file_can_be_made_is_one_clear_error(encoder, fr, capsys):
+    """#52 D7: -o /proc/version said "is being written by another process (lock /proc/version.lock)" when nothing
+    held it, and --wait hung."""
+    if not Path("/proc/version").is_file():
+        pytest.skip("needs Linux's /proc")
+    from hf_laser.cli import main as cli_main
+    from hf_laser.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"cannot create the lock file /proc/version\.lock of /proc/version"):
+        with O.output_lock("/proc/version", wait=True):
+            pass
+    assert cli_main(["embed", "--lang", "fr", "-i", str(fr), "-o", "/proc/version", "--wait", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot create the lock file" in err and "being written by" not in err

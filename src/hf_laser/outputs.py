@@ -365,6 +365,11 @@ def output_lock(output: str | os.PathLike, *, wait: bool = False,
     from filelock import FileLock, Timeout
 
     path = lock_path(output)
+    try:  # filelock reads a lock file it cannot create as one another process holds (and --wait waits forever)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o666))
+    except OSError as err:
+        raise UsageError(f"cannot create the lock file {path} of {output} ({err.strerror or err}): write the output "
+                         "into a directory where files can be created") from None
     lock = FileLock(path, is_singleton=True, thread_local=False)
     try:
         lock.acquire(timeout=0)
