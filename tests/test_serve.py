@@ -165,7 +165,8 @@ def test_batcher_matches_encode(encoder):
 def test_health_and_models(server, encoder):
     health = requests.get(f"{server.url}/health", timeout=TIMEOUT).json()
     assert health["status"] == "ok" and health["model"] == "laser-mini" and health["dim"] == encoder.dim
-    assert health["limits"] == {"max_inputs": 64, "max_request_tokens": 100_000, "max_body_bytes": 2_000_000}
+    assert health["limits"] == {"max_inputs": 64, "max_request_tokens": 100_000, "max_body_bytes": 2_000_000,
+                                "body_timeout_s": 30.0}
     models = requests.get(f"{server.url}/v1/models", timeout=TIMEOUT).json()
     assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["laser-mini"]
     assert requests.get(f"{server.url}/v1/models/laser-mini", timeout=TIMEOUT).json()["id"] == "laser-mini"
@@ -553,4 +554,37 @@ def test_sigterm_with_hostile_clients_ends_within_the_grace():
     finally:
         idle.close()
         half.close()
+        srv.cleanup()
+
+
+def test_a_body_trickled_byte_by_byte_is_cut_off():
+    """#52 D4: a body trickled at 1 byte / 3 s held its connection (75 s in the report); now 408 after
+    --body-timeout-s, and the server goes on answering."""
+    srv = ServerProcess("--body-timeout-s", "2", *LIMITS)
+    host, port = srv.url.removeprefix("http://").split(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n")
+            started, answer = time.monotonic(), b""
+            for byte in b'{"input": ["a"]':
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    break
+                sock.settimeout(0.4)
+                try:
+                    answer += sock.recv(65536)
+                except TimeoutError:
+                    continue
+                if answer:
+                    break
+            sock.settimeout(10)
+            while b"\r\n\r\n" not in answer:
+                answer += sock.recv(65536)
+            took = time.monotonic() - started
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"did not arrive within 2 s" in answer and took < 10
+        assert requests.get(f"{srv.url}/health", timeout=TIMEOUT).json()["limits"]["body_timeout_s"] == 2
+    finally:
         srv.cleanup()

@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allowed-hosts", default=None,
                         help="comma-separated Host names the server answers to (default: localhost,127.0.0.1,::1 "
                              "and the --host address; '*': any; others get 421, which stops DNS rebinding)")
+    parser.add_argument("--body-timeout-s", type=float, default=30.0,
+                        help="time a client has to send a request's body (default 30; 408 after it)")
     parser.add_argument("--shutdown-grace-s", type=float, default=60.0,
                         help="on SIGTERM / Ctrl-C, how long requests in flight may take before the connections are "
                              "closed (default 60)")
@@ -64,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if args.body_timeout_s <= 0:
+        raise UsageError(f"--body-timeout-s must be positive, got {args.body_timeout_s}")
     if args.shutdown_grace_s < 0:
         raise UsageError(f"--shutdown-grace-s must be >= 0, got {args.shutdown_grace_s}")
     if args.max_wait_ms < 0:
@@ -98,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         encoder = load_encoder_for_cli(model, WHO, device=args.device, dtype=getattr(torch, args.dtype),
                                        quantize="int8" if args.int8 else None)
         limits = Limits(max_inputs=args.max_inputs, max_request_tokens=args.max_request_tokens,
-                        max_body_bytes=args.max_body_bytes)
+                        max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s)
         serve(encoder, sock=sock, model_id=args.model_name or model_name(model), limits=limits,
               max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, log_level=args.log_level,
               access_log=not args.no_access_log, security=security_of(args),

@@ -54,6 +54,7 @@ class Limits:
     max_inputs: int = 2048  # sentences per request (OpenAI's limit too)
     max_request_tokens: int = 100_000  # LASER tokens per request, </s> of every sentence included
     max_body_bytes: int = 16 * 1024 * 1024  # request body
+    body_timeout_s: float = 30.0  # to receive a whole body (a client trickling bytes holds a connection no longer)
 
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -175,14 +176,18 @@ class EmbeddingService:
                                 "(--max-body-bytes)", code="body_too_large")
         chunks, size = [], 0
         try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise ApiError(413, f"request body over the limit of {limit:,} bytes (--max-body-bytes)",
-                                   code="body_too_large")
-                chunks.append(chunk)
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise ApiError(413, f"request body over the limit of {limit:,} bytes (--max-body-bytes)",
+                                       code="body_too_large")
+                    chunks.append(chunk)
         except ClientDisconnect:
             raise ClientGone() from None
+        except TimeoutError:
+            raise ApiError(408, f"the request body did not arrive within {self.limits.body_timeout_s:g} s "
+                                f"({size:,} bytes came; --body-timeout-s)", code="body_timeout") from None
         return b"".join(chunks)
 
     async def read_json(self, request: Request):
@@ -408,7 +413,8 @@ class EmbeddingService:
                               "max_wait_ms": self.batcher.max_wait * 1000,
                               "limits": {"max_inputs": self.limits.max_inputs,
                                          "max_request_tokens": self.limits.max_request_tokens,
-                                         "max_body_bytes": self.limits.max_body_bytes},
+                                         "max_body_bytes": self.limits.max_body_bytes,
+                                         "body_timeout_s": self.limits.body_timeout_s},
                               "active": self.active, "disconnected": self.disconnected,
                               **({"members": list(self.batchers)} if self.routed else {}),
                               **_summed_stats(self.batchers.values())})
