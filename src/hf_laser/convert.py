@@ -424,7 +424,7 @@ def convert(
     if language is not None:
         model.config.language = language
     with _staged_directory(out_dir) as tmp_dir:
-        model.save_pretrained(tmp_dir)
+        _save_quietly(model, tmp_dir)
         if bpe or spm:
             save_tokenizer_files(
                 tmp_dir,
@@ -535,7 +535,7 @@ def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_ca
     model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     model.eval()
     with _staged_directory(out_dir) as tmp_dir:
-        model.save_pretrained(tmp_dir)
+        _save_quietly(model, tmp_dir)
         if spm_model is not None and not no_tokenizer:
             save_tokenizer_files(tmp_dir, dictionary, spm_model=Path(spm_model), spm_vocab=Path(spm_vocab),
                                  laser2_punct_lang="en")
@@ -549,6 +549,19 @@ def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_ca
                              tokenizer="SentencePiece (LASER3, laser_encoders' LaserTokenizer)" if spm_model
                              else "none (dictionary only)")
     return out_dir
+
+
+def _save_quietly(model, directory: Path) -> None:
+    """`model.save_pretrained(directory)` without transformers' "Writing model shards" bar (one small file)."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(directory)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 @contextmanager

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS
-from ..outputs import (OutputFiles, embedding_identity, file_sha256, identity_changes, npy_header, output_lock,
-                       read_json, scan_input, write_json_atomic, write_npy_atomic)
+from ..outputs import (embedding_identity, file_sha256, identity_changes, output_lock, read_json, scan_input,
+                       write_json_atomic, write_npy_atomic)
 from .embeddings import ShardedEmbeddings
 from .lines import iter_lines
 
@@ -128,7 +128,7 @@ def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[
     done = embed_dir / f"{name}.done.json"
     txt = embed_dir / f"{name}.txt"
     npy = embed_dir / f"{name}.npy"
-    if _done_tag(done) == tag and npy.exists() and _shard_problem(npy) is None:
+    if _done_tag(done) == tag and npy.exists() and _shard_problem(npy, read_json(done).get("sha256")) is None:
         return
     done.unlink(missing_ok=True)
     # the shard's text, rewritten from the input (encode_file resumes its embedding when the content is the same)
@@ -153,7 +153,8 @@ def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[
         rows = 0
     if rows != b - a:
         raise RuntimeError(f"shard {npy} has {rows} rows but {b - a} lines were embedded")
-    write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name, "tag": tag})
+    write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name, "tag": tag,
+                             "sha256": file_sha256(npy)})
 
 
 def _done_tag(done: Path) -> str | None:
@@ -163,19 +164,16 @@ def _done_tag(done: Path) -> str | None:
         return None
 
 
-def _shard_problem(npy: Path) -> str | None:
-    """Why a finished shard's content cannot be trusted (None: it is what `encode_file` wrote, checked against the
-    sha256 in its manifest; an empty shard has nothing to check)."""
-    try:
-        if npy_header(npy)[0][0] == 0:
-            return None
-        recorded = read_json(OutputFiles(npy).manifest)["output"]["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return "its manifest, with the checksum of its content, is missing or unreadable"
+def _shard_problem(npy: Path, recorded) -> str | None:
+    """Why a finished shard's content cannot be trusted (None: its sha256 is the one recorded, `recorded`, when the
+    shard was finished: in its `.done.json` marker and the shards' manifest)."""
     if not isinstance(recorded, str):
-        return "its manifest records no checksum of its content (written by an older hf-laser)"
-    if file_sha256(npy) != recorded:
-        return "its content changed after it was written (sha256 differs from its manifest)"
+        return "no checksum of its content was recorded (written by an older hf-laser)"
+    try:
+        if file_sha256(npy) != recorded:
+            return "its content changed after it was written (sha256 differs from the one recorded)"
+    except OSError as err:
+        return f"it cannot be read ({err.strerror or err})"
     return None
 
 
@@ -187,7 +185,7 @@ def _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, ident
         if _done_tag(done) != tag:
             return None
         info = read_json(done)
-        shards.append({"file": info["file"], "start": a, "end": b, "dim": info["dim"]})
+        shards.append({"file": info["file"], "start": a, "end": b, "dim": info["dim"], "sha256": info.get("sha256")})
     write_json_atomic(
         manifest,
         {"source": str(Path(input_path).resolve()), "lang": lang, "num_lines": n, "num_shards": len(names),
@@ -230,7 +228,7 @@ def load_embedding_shards(
         raise StaleEmbeddingsError(f"stale embedding shards {manifest.name} for {input_path}: " + "; ".join(changes))
     arrays = []
     for sh in info["shards"]:
-        if problem := _shard_problem(embed_dir / sh["file"]):
+        if problem := _shard_problem(embed_dir / sh["file"], sh.get("sha256")):
             raise StaleEmbeddingsError(f"stale embedding shard {sh['file']} of {input_path}: {problem}; run "
                                        "embed-shards again (it recomputes that shard)")
         a = np.load(embed_dir / sh["file"], mmap_mode="r")
