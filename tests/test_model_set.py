@@ -30,8 +30,8 @@ def model_set(tmp_path_factory):
     for i, code in enumerate(["wol_Latn", "zho_Hans", "zho_Hant"]):
         ckpt = tiny_namespace_checkpoint(root / f"laser3-{code}.v1.pt", width=96)
         convert(ckpt, root / f"laser3-{code}", spm_model=SPM, spm_vocab=CVOCAB)
-    write_model_set(root, default="laser2", students={"wol_Latn": "laser3-wol_Latn", "zho_Hans": "laser3-zho_Hans",
-                                                      "zho_Hant": "laser3-zho_Hant"})
+    write_model_set(root, default=root / "laser2", students={code: root / f"laser3-{code}"
+                                                             for code in ("wol_Latn", "zho_Hans", "zho_Hant")})
     return root
 
 

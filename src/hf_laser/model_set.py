@@ -44,8 +44,9 @@ def is_model_set(path) -> bool:
 def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike | None,
                     students: dict[str, str | os.PathLike]) -> Path:
     """Writes `directory/laser_model_set.json` naming `default` and `students` (`{language: model directory}`,
-    languages in any form [`~languages.flores_codes`] resolves to exactly one FLORES-200 code). Every member must be
-    a converted model directory (`config.json`) with the same embedding size. Returns the set's file."""
+    languages in any form [`~languages.flores_codes`] resolves to exactly one FLORES-200 code; directories as paths
+    from here, stored relative to `directory`). Every member must be a converted model directory (`config.json`)
+    with the same embedding size. Returns the set's file."""
     from .languages import flores_codes
 
     directory = Path(directory)
@@ -64,9 +65,9 @@ def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike 
     for name, path in [("default", default), *members.items()]:
         if path is None:
             continue
-        config = Path(directory, path) / "config.json"
+        config = Path(path) / "config.json"
         if not config.is_file():
-            raise FileNotFoundError(f"{name}: {Path(directory, path)} is not a converted model directory (no "
+            raise FileNotFoundError(f"{name}: {path} is not a converted model directory (no "
                                     "config.json)")
         values = json.loads(config.read_text(encoding="utf-8"))
         dims[name] = values.get("embed_dim") if values.get("encoder_type") == "transformer" else \
@@ -77,7 +78,7 @@ def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike 
     def relative(path):
         path = Path(path)
         try:
-            return os.path.relpath(Path(directory, path).resolve(), directory.resolve())
+            return os.path.relpath(Path(path).resolve(), directory.resolve())
         except ValueError:  # another drive
             return str(path.resolve())
 

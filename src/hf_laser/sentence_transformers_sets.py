@@ -81,7 +81,7 @@ class LaserSetSentenceTransformerModule(InputModule):
         for key, module in self.members.items():
             name = "laser2" if key == "default" else f"laser3-{key}"
             module.save(os.path.join(output_path, name))
-            members[key] = name
+            members[key] = os.path.join(output_path, name)
         write_model_set(output_path, default=members.pop("default", None), students=members)
 
     @classmethod
