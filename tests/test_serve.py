@@ -166,7 +166,7 @@ def test_health_and_models(server, encoder):
     health = requests.get(f"{server.url}/health", timeout=TIMEOUT).json()
     assert health["status"] == "ok" and health["model"] == "laser-mini" and health["dim"] == encoder.dim
     assert health["limits"] == {"max_inputs": 64, "max_request_tokens": 100_000, "max_body_bytes": 2_000_000,
-                                "body_timeout_s": 30.0}
+                                "max_input_chars": 400_000, "body_timeout_s": 30.0}
     models = requests.get(f"{server.url}/v1/models", timeout=TIMEOUT).json()
     assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["laser-mini"]
     assert requests.get(f"{server.url}/v1/models/laser-mini", timeout=TIMEOUT).json()["id"] == "laser-mini"
@@ -301,8 +301,12 @@ BAD_OPENAI = [
     ({"input": ["a"], "dimensions": SHIPPED_DIM // 2}, 400, f"'dimensions' can only be {SHIPPED_DIM}"),
     ({"input": ["a"], "langs": "fr"}, 400, "unrecognized request argument(s): langs"),
     ({"input": ["a"] * 65}, 413, "65 inputs, over the limit of 64"),
-    ({"input": ["word " * 100_000]}, 413, "100,001 tokens, over the limit of 100,000"),
+    ({"input": ["word " * 50_000] * 2}, 413, "the input is 100,002 tokens, over the limit of 100,000"),
+    # the budget is checked after each tokenizer job: the third input is not tokenized
+    ({"input": ["word " * 50_000] * 3}, 413, "the input is at least 100,002 tokens, over the limit of 100,000"),
     ({"input": ["x" * 2_000_000]}, 413, "over the limit of 2,000,000 bytes"),
+    # #52 D3: one input's size is checked before it is tokenized (a 16 MB input held the tokenizer 27 s)
+    ({"input": ["y" * 400_001]}, 413, "input[0] is 400,001 characters, over the limit of 400,000"),
 ]
 
 
@@ -588,3 +592,16 @@ def test_a_body_trickled_byte_by_byte_is_cut_off():
         assert requests.get(f"{srv.url}/health", timeout=TIMEOUT).json()["limits"]["body_timeout_s"] == 2
     finally:
         srv.cleanup()
+
+
+def test_a_request_is_tokenized_in_jobs_with_the_same_answer(server, encoder):
+    """#52 D3: requests are tokenized in jobs of at most 50,000 characters, queued behind other requests' jobs; the
+    answer is the one of a request tokenized at once, warnings keep the index of their input."""
+    texts = [f"{i} " + "la maison est grande et le jardin est beau. " * 700 for i in range(3)] + ["Dit is een zin."]
+    langs = ["fr", "fr", "fr", "xx"]
+    resp = post(server, "/v1/embeddings", {"input": texts, "lang": langs})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert "(lang[3])" in body["warnings"][0]
+    expected = np.concatenate([encode(encoder, texts[:3], "fr"), encode(encoder, texts[3:], "xx")])
+    np.testing.assert_allclose(openai_rows(body), expected, rtol=0, atol=TOL)

@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allowed-hosts", default=None,
                         help="comma-separated Host names the server answers to (default: localhost,127.0.0.1,::1 "
                              "and the --host address; '*': any; others get 421, which stops DNS rebinding)")
+    parser.add_argument("--max-input-chars", type=int, default=400_000,
+                        help="characters of one input, checked before it is tokenized (default 400,000; 413 above)")
     parser.add_argument("--body-timeout-s", type=float, default=30.0,
                         help="time a client has to send a request's body (default 30; 408 after it)")
     parser.add_argument("--shutdown-grace-s", type=float, default=60.0,
@@ -62,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     for name in ("max_batch_tokens", "max_inputs", "max_request_tokens", "max_body_bytes", "threads",
-                 "max_connections"):
+                 "max_connections", "max_input_chars"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
@@ -102,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         encoder = load_encoder_for_cli(model, WHO, device=args.device, dtype=getattr(torch, args.dtype),
                                        quantize="int8" if args.int8 else None)
         limits = Limits(max_inputs=args.max_inputs, max_request_tokens=args.max_request_tokens,
-                        max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s)
+                        max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s,
+                        max_input_chars=args.max_input_chars)
         serve(encoder, sock=sock, model_id=args.model_name or model_name(model), limits=limits,
               max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, log_level=args.log_level,
               access_log=not args.no_access_log, security=security_of(args),

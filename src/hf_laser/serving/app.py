@@ -54,6 +54,9 @@ class Limits:
     max_inputs: int = 2048  # sentences per request (OpenAI's limit too)
     max_request_tokens: int = 100_000  # LASER tokens per request, </s> of every sentence included
     max_body_bytes: int = 16 * 1024 * 1024  # request body
+    # one input's characters, checked before it is tokenized (one input is one tokenizer job: 16 MB took 27 s and
+    # made every other request wait); 4 characters per token of the default token budget
+    max_input_chars: int = 400_000
     body_timeout_s: float = 30.0  # to receive a whole body (a client trickling bytes holds a connection no longer)
 
 
@@ -200,7 +203,7 @@ class EmbeddingService:
         return parse_json(await self.read_body(request))
 
     # ------------------------------------------------------------------ languages and tokens
-    def resolve_langs(self, texts: list[str], lang, param: str = "lang") -> tuple[list[str], list[str]]:
+    def resolve_langs(self, texts: list[str], lang, param: str = "lang", offset: int = 0) -> tuple[list[str], list[str]]:
         """Per-text language codes (normalised; `"auto"` detected as `LaserTokenizer` does) and warnings for
         codes the preprocessing does not know (embedded with the Moses defaults, as `encode` does)."""
         if isinstance(lang, str):
@@ -219,19 +222,20 @@ class EmbeddingService:
             if langs[i] not in _KNOWN_CODES:
                 unknown.setdefault(code, i)
         for code, i in unknown.items():
-            warnings.append(f"unknown language code {code!r} ({param}" + (f"[{i}]" if not isinstance(lang, str)
+            warnings.append(f"unknown language code {code!r} ({param}" + (f"[{offset + i}]" if not isinstance(lang, str)
                             else "") + "): preprocessed with the Moses defaults (English non-breaking prefixes, "
                             "generic rules), as LaserEncoder.encode does")
         return langs, warnings
 
-    def _token_ids(self, texts: list[str], lang):
+    def _token_ids(self, texts: list[str], lang, offset: int = 0):
         """`(langs, warnings, ids, keys)`: the languages resolved ([`resolve_langs`]), the token ids, and for a
-        model set the member of each text (None for a single model)."""
+        model set the member of each text (None for a single model). `offset`: the index of `texts[0]` in the
+        request (for the warnings)."""
         if self.routed:
             return self._routed_token_ids(texts, lang)
         if lang == TOK_STAGE:
             return TOK_STAGE, [], self.encoder.tokenizer.encode_lines(texts, pretokenized="tok"), None
-        langs, warnings = self.resolve_langs(texts, lang)
+        langs, warnings = self.resolve_langs(texts, lang, offset=offset)
         return langs, warnings, self.encoder.token_ids(texts, lang=langs), None
 
     def _routed_token_ids(self, texts: list[str], lang):
@@ -256,19 +260,35 @@ class EmbeddingService:
 
     async def token_ids(self, texts: list[str], lang):
         """[`_token_ids`] in the tokenizer thread (language detection and preprocessing are CPU work), with the
-        request-size limit checked."""
+        limits checked before the work they protect: each input's characters before any is tokenized, the token
+        budget after each job. A request is tokenized in jobs of at most TOKENIZER_JOB_CHARS characters, queued in
+        the one tokenizer thread behind those of other requests, so a large request does not hold it alone."""
+        limit = self.limits.max_input_chars
+        for i, text in enumerate(texts):
+            if len(text) > limit:
+                raise ApiError(413, f"input[{i}] is {len(text):,} characters, over the limit of {limit:,} per input "
+                                    "(--max-input-chars); split it", param="input", code="input_too_long")
         loop = asyncio.get_running_loop()
-        try:
-            langs, warnings, ids, keys = await loop.run_in_executor(self._tokenizer_pool, self._token_ids, texts,
-                                                                    lang)
-        except (ValueError, TypeError) as err:
-            raise ApiError(400, f"cannot preprocess the input: {err}", param="input") from err
-        tokens = sum(len(s) for s in ids)
-        if tokens > self.limits.max_request_tokens:
-            raise ApiError(413, f"the input is {tokens:,} tokens, over the limit of {self.limits.max_request_tokens:,}"
-                                " per request (--max-request-tokens); send it in several requests",
-                           param="input", code="too_many_tokens")
-        return langs, warnings, ids, keys
+        all_langs: list | str = []
+        all_warnings, all_ids, all_keys, tokens = [], [], [], 0
+        for start, stop in _tokenizer_jobs(texts):
+            part_lang = lang if isinstance(lang, str) else lang[start:stop]
+            try:
+                langs, warnings, ids, keys = await loop.run_in_executor(
+                    self._tokenizer_pool, self._token_ids, texts[start:stop], part_lang, start)
+            except (ValueError, TypeError) as err:
+                raise ApiError(400, f"cannot preprocess the input: {err}", param="input") from err
+            tokens += sum(len(s) for s in ids)
+            if tokens > self.limits.max_request_tokens:
+                raise ApiError(413, f"the input is {'at least ' if stop < len(texts) else ''}{tokens:,} tokens, over "
+                                    f"the limit of {self.limits.max_request_tokens:,} per request "
+                                    "(--max-request-tokens); send it in several requests",
+                               param="input", code="too_many_tokens")
+            all_langs = langs if langs == TOK_STAGE else [*all_langs, *langs]
+            all_warnings += [w for w in warnings if w not in all_warnings]
+            all_ids += ids
+            all_keys += keys or []
+        return all_langs, all_warnings, all_ids, (all_keys if self.routed else None)
 
     async def _embed_grouped(self, ids: list[list[int]], keys: list[str] | None) -> np.ndarray:
         """The embeddings of `ids`, each row by the batcher of its member (`keys`; None: the one model)."""
@@ -414,6 +434,7 @@ class EmbeddingService:
                               "limits": {"max_inputs": self.limits.max_inputs,
                                          "max_request_tokens": self.limits.max_request_tokens,
                                          "max_body_bytes": self.limits.max_body_bytes,
+                                         "max_input_chars": self.limits.max_input_chars,
                                          "body_timeout_s": self.limits.body_timeout_s},
                               "active": self.active, "disconnected": self.disconnected,
                               **({"members": list(self.batchers)} if self.routed else {}),
@@ -441,6 +462,21 @@ class EmbeddingService:
 
     async def index(self, request: Request) -> Response:
         return HTMLResponse(demo_page())
+
+
+TOKENIZER_JOB_CHARS = 50_000  # characters of one tokenizer job (an input longer than this is a job of its own)
+
+
+def _tokenizer_jobs(texts: list[str]) -> list[tuple[int, int]]:
+    """`(start, stop)` ranges of `texts` of at most TOKENIZER_JOB_CHARS characters each (at least one text)."""
+    jobs, start, chars = [], 0, 0
+    for i, text in enumerate(texts):
+        if i > start and chars + len(text) > TOKENIZER_JOB_CHARS:
+            jobs.append((start, i))
+            start, chars = i, 0
+        chars += len(text)
+    jobs.append((start, len(texts)))
+    return jobs
 
 
 def _summed_stats(batchers) -> dict:
