@@ -118,9 +118,11 @@ def test_encode_file_uses_the_model_of_the_file_language(model_set, tmp_path):
     out = routed.encode_file(text, tmp_path / "wo.npy", lang="wolof")
     wolof = LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn")
     np.testing.assert_array_equal(np.asarray(out), wolof.encode(WOLOF, lang="wol_Latn"))
-    manifest = json.loads((tmp_path / "wo.npy.json").read_text()) if (tmp_path / "wo.npy.json").exists() else None
-    if manifest is not None:  # the output's identity is the student's, so it is never resumed with another model
-        assert manifest["model"] == wolof.model_identity()["model"]
+    # the output's identity is the student's, so it is never reused or resumed with another model's rows
+    manifest = json.loads((tmp_path / "wo.npy.manifest.json").read_text())
+    assert manifest["identity"]["model"] == wolof.model_identity()["model"]
+    laser2 = LaserEncoder.from_pretrained(model_set / "laser2")
+    assert manifest["identity"]["model"] != laser2.model_identity()["model"]
 
 
 def test_command_line_embed_similar_mine_route_by_language(model_set, tmp_path, capsys):
