@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,10 @@ def test_an_interrupt_inside_a_chunk_keeps_the_batches_saved_by_time(encoder, fr
     state = json.loads((tmp_path / "out.npy.partial.json").read_text())
     assert state["lines_done"] == 0 and state["current"]["batches"] == 3
     saved = state["current"]["rows"]
-    assert saved > 0 and (tmp_path / "out.npy.partial.chunk").stat().st_size == saved * 96 * 4
+    # #52 D6: the saved part is inside out.npy.partial (its rows not written yet), no file beside it grows
+    assert saved > 0 and not (tmp_path / "out.npy.partial.chunk").exists()
+    _, _, header = O.npy_header(tmp_path / "out.npy.partial")
+    assert (tmp_path / "out.npy.partial").stat().st_size == header + 100 * 96 * 4
     batches = {"n": 0}
     real = encoder.model.forward
 
@@ -110,10 +114,11 @@ def test_a_damaged_saved_chunk_part_only_recomputes_that_chunk(encoder, fr, tmp_
     with pytest.raises(KeyboardInterrupt):
         encoder.encode_file(fr, out, lang="fr", max_tokens=100, chunk_lines=60)
     monkeypatch.undo()
-    chunk = tmp_path / "out.npy.partial.chunk"
-    data = bytearray(chunk.read_bytes())
-    data[5] ^= 0xFF
-    chunk.write_bytes(bytes(data))
+    partial = tmp_path / "out.npy.partial"
+    _, _, header = O.npy_header(partial)
+    data = bytearray(partial.read_bytes())
+    data[header + 5] ^= 0xFF  # a byte of the saved part (lines_done is 0: it starts at the first row)
+    partial.write_bytes(bytes(data))
     capsys.readouterr()
     got = np.array(encoder.encode_file(fr, out, lang="fr", max_tokens=100, chunk_lines=60))
     assert f"resuming {out} at line 0 of 100\n" in capsys.readouterr().err
@@ -241,3 +246,94 @@ def test_an_output_where_no_lock_file_can_be_made_is_one_clear_error(encoder, fr
     assert cli_main(["embed", "--lang", "fr", "-i", str(fr), "-o", "/proc/version", "--wait", "-q"]) == 2
     err = capsys.readouterr().err
     assert "cannot create the lock file" in err and "being written by" not in err
+
+
+SMALL_DISK_RUN = """
+import sys
+import numpy as np
+import hf_laser.encoder as E
+from hf_laser.encoder import EmbeddingWriteError, LaserEncoder
+
+model, src, out, reference = sys.argv[1:]
+E.PROGRESS_SAVE_S = 0.0  # the chunk's part saved after every batch
+enc = LaserEncoder.from_pretrained(model)
+for attempt in range(3):
+    try:
+        got = np.array(enc.encode_file(src, out, lang="fr", max_tokens=200))
+        break
+    except EmbeddingWriteError as err:
+        print("attempt", attempt, "failed:", err)
+else:
+    sys.exit(3)
+expected = np.array(enc.encode_file(src, reference, lang="fr", max_tokens=200))
+print("identical" if got.tobytes() == expected.tobytes() else "DIFFERENT")
+"""
+
+
+def _in_a_small_filesystem(size: str, mountpoint: Path) -> list[str] | None:
+    """The command prefix that runs a command with a tmpfs of `size` mounted at `mountpoint` (its own mount
+    namespace: nothing outside sees it), or None where this machine cannot (no `unshare`, no user namespaces)."""
+    import shutil
+    import subprocess
+
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    user_ns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    prefix = [unshare, *user_ns, "--mount", "sh", "-c",
+              f'mount -t tmpfs -o size={size} tmpfs "{mountpoint}" && exec "$@"', "sh"]
+    if subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        return None
+    return prefix
+
+
+def test_an_output_that_fits_the_disk_finishes(tiny_model_dir, tmp_path):
+    """#52 D6: on a 33 MiB filesystem a 32.8 MB output failed three times in a row ("run the same command again: it
+    resumes from there", 0 lines saved): the space reserved covered OUT.partial but not OUT.partial.chunk, which
+    grew to a whole chunk. The chunk's saved part now lives in OUT.partial's own rows: a run needs the output's
+    room only. Here: a 1 MiB filesystem, an output of 998,528 bytes in one chunk saved after every batch."""
+    import subprocess
+    import sys
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    prefix = _in_a_small_filesystem("1m", disk)
+    if prefix is None:
+        pytest.skip("needs a small filesystem: `unshare --mount` (root or user namespaces) with tmpfs")
+    lines = read_lines(fra_file(tmp_path / "fr1000.txt", 1000))
+    src = tmp_path / "fr.txt"  # 2,600 distinct lines x 96 float32 + the header: 998,528 bytes of 1,048,576
+    src.write_text("".join(f"{lines[i % 1000]} ({i // 1000})\n" for i in range(2600)), encoding="utf-8")
+    run = subprocess.run([*prefix, sys.executable, "-c", SMALL_DISK_RUN, str(tiny_model_dir), str(src),
+                          str(disk / "out.npy"), str(tmp_path / "reference.npy")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("identical"), run.stdout + run.stderr
+    assert "failed" not in run.stdout, run.stdout
+
+
+def test_a_float16_output_saves_the_chunk_part_while_it_fits(encoder, fr, tmp_path, monkeypatch, capsys):
+    """#52 D6, float16 outputs: the chunk's float32 part takes twice the room of its rows, so it is saved while it
+    fits in the rows not written yet, then no more (never beyond the reserved space); a resume is bit-identical."""
+    out = tmp_path / "out.npy"
+    monkeypatch.setattr(E, "PROGRESS_SAVE_S", 0.0)
+    real, results = O.ResumableWriter.save_chunk_part, []
+
+    def recorded(self, batches, rows):
+        results.append(real(self, batches, rows))
+        if results[-1] is False:
+            raise KeyboardInterrupt  # a Ctrl-C once the part no longer fits
+        return results[-1]
+
+    monkeypatch.setattr(O.ResumableWriter, "save_chunk_part", recorded)
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode_file(fr, out, lang="fr", max_tokens=100, fp16=True)  # one chunk of 100 lines
+    monkeypatch.undo()
+    assert results[0] is True and results[-1] is False
+    state = json.loads((tmp_path / "out.npy.partial.json").read_text())
+    saved = state["current"]["rows"]
+    assert 0 < saved * 96 * 4 <= 100 * 96 * 2  # within the reserved rows
+    _, _, header = O.npy_header(tmp_path / "out.npy.partial")
+    assert (tmp_path / "out.npy.partial").stat().st_size == header + 100 * 96 * 2
+    capsys.readouterr()
+    got = np.array(encoder.encode_file(fr, out, lang="fr", max_tokens=100, fp16=True))
+    assert f"with {saved:,} sentences of the next chunk saved" in capsys.readouterr().err
+    assert got.tobytes() == fresh(encoder, fr, tmp_path, lang="fr", max_tokens=100, fp16=True).tobytes()

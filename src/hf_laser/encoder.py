@@ -590,8 +590,8 @@ class LaserEncoder:
         The rows are written chunk by chunk (`chunk_lines` lines in memory at a time) into `OUTPUT.partial`, which
         is renamed to `OUTPUT` once complete, so `OUTPUT` is never a half-written file. Progress is saved after every
         chunk with its sha256, and inside a chunk every `PROGRESS_SAVE_S` (5) seconds of work (the batches done, in
-        `OUTPUT.partial.chunk`); a resume checks the checksums of what it keeps and starts over when rows changed. `OUTPUT.manifest.json`
-        records what `OUTPUT` was computed from (see [`embedding_identity`]: the input's sha256, size and line count,
+        `OUTPUT.partial`'s rows not written yet, so the space reserved for the output is all a run needs); a resume
+        checks the checksums of what it keeps and starts over when rows changed. `OUTPUT.manifest.json` records what `OUTPUT` was computed from (see [`embedding_identity`]: the input's sha256, size and line count,
         the language, hashes of the model weights and tokenizer files, model dtype, quantisation, `fp16`,
         `normalize_embeddings`, the batching, the hf-laser version; plus, for information, the input's path and
         mtime, the device and the timing). With `resume=True`:
@@ -607,7 +607,8 @@ class LaserEncoder:
         [`hf_laser.outputs.output_lock`]) from before it looks at `OUTPUT` until `OUTPUT` and its manifest are
         written; another run of the same output raises [`hf_laser.outputs.OutputBusyError`] naming the process that
         holds it, or with `wait=True` waits for it (and then reuses or resumes what it left). The disk space is
-        reserved before the first chunk (`posix_fallocate`): a full disk or an I/O error raises [`EmbeddingWriteError`] and keeps what was done, so the same call resumes.
+        reserved before the first chunk (`posix_fallocate`): a full disk or an I/O error raises
+        [`EmbeddingWriteError`] and keeps what was done, so the same call resumes.
 
         Returns:
             The output as a read-only memory-mapped array (float32, or float16 with `fp16=True`).
@@ -803,8 +804,9 @@ class _ChunkCheckpoint:
         if batches >= len(plan) or time.monotonic() - self.last < PROGRESS_SAVE_S:
             return  # (the chunk's last batch: the whole chunk is written next)
         new = np.concatenate(plan[self.batches:batches])
-        self.writer.save_chunk_part(batches, unique_out[new])
-        self.batches, self.last = batches, time.monotonic()
+        if self.writer.save_chunk_part(batches, unique_out[new]):
+            self.batches = batches
+        self.last = time.monotonic()
 
 
 def _not_text(path: Path) -> str | None:

@@ -309,6 +309,12 @@ class NpyFile:
     def reserve(self) -> None:
         _preallocate(self.fd, self.header, self.shape[0] * self.row_bytes)
 
+    def write_at(self, offset: int, data: np.ndarray, *, sync: bool = False) -> None:
+        """Writes the bytes of `data` as they are at byte `offset` of the file (in the reserved space)."""
+        _write_at(self.fd, offset, np.ascontiguousarray(data))
+        if sync:
+            os.fsync(self.fd)
+
     def write_rows(self, start: int, rows: np.ndarray, *, sync: bool = False) -> None:
         """Writes `rows` (converted to the file's dtype) as rows `start, start + 1, ...`; `sync`: fsync after."""
         _write_at(self.fd, self.header + start * self.row_bytes,
@@ -409,7 +415,8 @@ class OutputFiles:
         self.manifest = output.with_name(output.name + ".manifest.json")
         self.partial = output.with_name(output.name + ".partial")
         self.progress = output.with_name(output.name + ".partial.json")
-        self.chunk = output.with_name(output.name + ".partial.chunk")  # the saved part of the chunk in progress
+        # where an older hf-laser kept the saved part of the chunk in progress (now inside OUT.partial): removed
+        self.chunk = output.with_name(output.name + ".partial.chunk")
         self.chunk_state: dict | None = None
         self.legacy_progress = output.with_name(output.name + ".progress.json")
         self.lock = lock_path(output)
@@ -500,8 +507,8 @@ class OutputFiles:
         return None
 
     def _check_rows(self, state: dict, done: int, shape: tuple, dtype: np.dtype, header: int) -> str | None:
-        """None when the rows `[0, done)` of `OUT.partial` (and the saved part of the chunk in progress,
-        `OUT.partial.chunk`) still have the checksums the progress record gives them; otherwise what differs."""
+        """None when the rows `[0, done)` of `OUT.partial` (and the saved part of the chunk in progress, in the
+        rows after them) still have the checksums the progress record gives them; otherwise what differs."""
         chunks = state.get("chunks")
         if not (isinstance(chunks, list) and all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], int)
                                                  and isinstance(c[1], str) for c in chunks)):
@@ -522,12 +529,16 @@ class OutputFiles:
             return None
         try:
             rows, batches, digest = int(current["rows"]), int(current["batches"]), str(current["sha256"])
-            with open(self.chunk, "rb") as f:
-                ok = _sha256_of(f, rows * shape[1] * 4) == digest
-        except (KeyError, TypeError, ValueError, OSError):
+            if current.get("in") != "partial":  # an older hf-laser's OUT.partial.chunk: redone
+                raise ValueError("an older hf-laser's chunk file")
+            with open(self.partial, "rb") as f:
+                f.seek(header + done * row_bytes)
+                ok = 0 < rows * shape[1] * 4 <= (shape[0] - done) * row_bytes and \
+                    _sha256_of(f, rows * shape[1] * 4) == digest
+        except (KeyError, TypeError, ValueError, AttributeError, OSError):
             ok = False
+        self.chunk.unlink(missing_ok=True)
         if not ok:  # only the part of one chunk is lost: resume at the chunk's start
-            self.chunk.unlink(missing_ok=True)
             return None
         self.chunk_state = {"rows": rows, "batches": batches, "sha256": digest}
         return None
@@ -566,10 +577,12 @@ class ResumableWriter:
     (`OUT.partial.json`) counts it, with its sha256, so a killed run resumes where its last record says and a
     changed byte of the rows it keeps is noticed; [`commit`] renames it to `OUT` and writes the manifest.
 
-    Within a chunk, [`save_chunk_part`] keeps what is computed so far (the encoder's rows of the batches done, in
-    `OUT.partial.chunk`, with their checksum in the record) every few seconds of work, so that an interrupt loses
-    seconds, not a chunk. A full disk or an I/O error raises an [`EmbeddingWriteError`] that keeps the state reached
-    (the space of all rows is reserved first, so a full disk usually fails before any work)."""
+    Within a chunk, [`save_chunk_part`] keeps what is computed so far (the encoder's float32 rows of the batches
+    done, with their checksum in the record) every few seconds of work, so that an interrupt loses seconds, not a
+    chunk. They are written into `OUT.partial` itself, in the rows not written yet (the chunk's own rows come next
+    and overwrite them), so the space reserved for the output is all a run needs: a disk with room for the output
+    lets it finish. A full disk or an I/O error raises an [`EmbeddingWriteError`] that keeps the state reached (the
+    space of all rows is reserved first, so a full disk fails before any work)."""
 
     def __init__(self, files: OutputFiles, identity: dict, input_info: dict, shape: tuple, dtype,
                  done: int | None):
@@ -577,8 +590,8 @@ class ResumableWriter:
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         fresh = done is None
         self.chunks: list[list] = []
-        self.chunk_state: dict | None = None  # {"rows", "batches", "sha256"} of OUT.partial.chunk
-        self._chunk_hash = None  # sha256 of OUT.partial.chunk so far
+        self.chunk_state: dict | None = None  # {"rows", "batches", "sha256", "in"} of the chunk's saved part
+        self._chunk_hash = None  # sha256 of the chunk's saved part so far
         if fresh:
             files.discard_partial()
         else:
@@ -631,38 +644,43 @@ class ResumableWriter:
         self.chunks.append([self.done, hashlib.sha256(rows.data).hexdigest()])
         self.chunk_state = self._chunk_hash = None
         self._save_progress()
-        self.files.chunk.unlink(missing_ok=True)
 
-    def save_chunk_part(self, batches: int, rows: np.ndarray) -> None:
+    def _part_offset(self) -> int:
+        """Where the saved part of the chunk in progress is: the first row of `OUT.partial` not written yet."""
+        return self.file.header + self.done * self.file.row_bytes
+
+    def save_chunk_part(self, batches: int, rows: np.ndarray) -> bool:
         """Appends `rows` (float32, the encoder's rows of the chunk's batches up to `batches`, in batch order) to
-        `OUT.partial.chunk`, fsynced, then records `batches` and the file's checksum in the progress record."""
+        the chunk's saved part, fsynced, then records `batches` and the part's checksum in the progress record.
+        False (nothing saved) when the part would not fit in the rows left: a float16 output's last chunks, whose
+        float32 rows take twice the room (an interrupt then redoes the chunk)."""
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         kept = self.chunk_state["rows"] if self.chunk_state else 0
         size = kept * rows.shape[1] * 4
+        if size + rows.nbytes > (self.shape[0] - self.done) * self.file.row_bytes:
+            return False
+        offset = self._part_offset()
         try:
-            with open(self.files.chunk, "r+b" if kept else "w+b") as f:
-                if self._chunk_hash is None or not kept:  # (a resumed run: the hash of what it kept)
-                    self._chunk_hash = hashlib.sha256()
-                    f.seek(0)
-                    while size > f.tell() and (block := f.read(min(size - f.tell(), 1 << 24))):
-                        self._chunk_hash.update(block)
-                f.seek(size)
-                f.truncate()
-                f.write(rows.data)
-                f.flush()
-                os.fsync(f.fileno())
+            if self._chunk_hash is None or not kept:  # (a resumed run: the hash of what it kept)
+                self._chunk_hash = hashlib.sha256()
+                with open(self.files.partial, "rb") as f:
+                    f.seek(offset)
+                    self._chunk_hash.update(f.read(size))
+            self.file.write_at(offset + size, rows, sync=True)
         except OSError as err:
             raise self.error(err, "saving the chunk in progress of") from err
         self._chunk_hash.update(rows.data)
         digest = self._chunk_hash.hexdigest()
-        self.chunk_state = {"rows": kept + len(rows), "batches": batches, "sha256": digest}
+        self.chunk_state = {"rows": kept + len(rows), "batches": batches, "sha256": digest, "in": "partial"}
         self._save_progress()
+        return True
 
     def chunk_part(self, dim: int) -> tuple[int, np.ndarray] | None:
         """`(batches, rows)` of the chunk in progress as the interrupted run saved it (None when nothing was)."""
         if not self.chunk_state:
             return None
-        rows = np.fromfile(self.files.chunk, dtype=np.float32, count=self.chunk_state["rows"] * dim)
+        rows = np.fromfile(self.files.partial, dtype=np.float32, count=self.chunk_state["rows"] * dim,
+                           offset=self._part_offset())
         return self.chunk_state["batches"], rows.reshape(-1, dim)
 
     def close(self) -> None:
