@@ -605,3 +605,88 @@ def test_a_request_is_tokenized_in_jobs_with_the_same_answer(server, encoder):
     assert "(lang[3])" in body["warnings"][0]
     expected = np.concatenate([encode(encoder, texts[:3], "fr"), encode(encoder, texts[3:], "xx")])
     np.testing.assert_allclose(openai_rows(body), expected, rtol=0, atol=TOL)
+
+
+def _answers(socks, wait_s: float) -> list[bytes]:
+    """What each socket has received within `wait_s` seconds (b"" for a connection closed without an answer, None
+    for nothing yet)."""
+    answers: list = [None] * len(socks)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(a is None for a in answers):
+        for i, sock in enumerate(socks):
+            if answers[i] is None:
+                sock.setblocking(False)
+                try:
+                    answers[i] = sock.recv(65536)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    answers[i] = b""
+        time.sleep(0.05)
+    return answers
+
+
+def test_silent_connections_are_capped_and_timed_out():
+    """#52 D4: 3,000 connections that never sent a request stayed open (> 40 s), ~20,000 used up the file
+    descriptors; a head trickled slowly was never cut off. Now connections over --max-connections get 503 at once,
+    a request's head must arrive within --header-timeout-s (408), an idle keep-alive connection is closed after
+    --keep-alive-s, and the server goes on answering."""
+    srv = ServerProcess("--max-connections", "40", "--header-timeout-s", "2", "--keep-alive-s", "1", *LIMITS)
+    host, port = srv.url.removeprefix("http://").split(":")
+    socks = []
+    try:
+        kept = socket.create_connection((host, int(port)), timeout=TIMEOUT)  # a finished request, then idle
+        kept.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += kept.recv(65536)
+        head, body = answer.split(b"\r\n\r\n", 1)
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += kept.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200")
+        socks = [socket.create_connection((host, int(port)), timeout=TIMEOUT) for _ in range(80)]
+        socks[0].sendall(b"GET /health HTTP/1.1\r\nHost: 127.0")  # a head that never ends
+        first = _answers(socks, 1.0)
+        refused = [a for a in first if a]
+        assert len(refused) >= 40, f"{len(refused)} of 80 answered at once with 40 connections allowed"
+        assert all(a.startswith(b"HTTP/1.1 503") and b"--max-connections" in a for a in refused), refused[0]
+        later = _answers([s for s, a in zip(socks, first) if a is None], 10.0)
+        assert all(a and a.startswith(b"HTTP/1.1 408") and b"within 2 s" in a for a in later), later
+        assert _answers([kept], 5.0) == [b""]  # closed by the keep-alive timeout, without an answer
+        assert requests.get(f"{srv.url}/health", timeout=TIMEOUT).status_code == 200
+    finally:
+        for sock in socks:
+            sock.close()
+        status = srv.stop()
+        output = srv.output()
+        srv.cleanup()
+    assert graceful(status) and "Traceback" not in output, output
+    assert output.count("refused a connection") == 1, output  # one line for many (LOG_EVERY_S)
+
+
+def test_out_of_file_descriptors_is_one_line_not_a_log_flood():
+    """#52 D4: out of file descriptors, asyncio logged a traceback per accept() attempt (73 MB of log a minute,
+    /health never answered); now --max-connections is lowered to what the limit allows (said at start), a failing
+    accept() is one line per 10 s, and the server answers again once the idle connections time out."""
+    srv = ServerProcess("--header-timeout-s", "2", *LIMITS, open_files_limit=160)
+    host, port = srv.url.removeprefix("http://").split(":")
+    socks = []
+    try:
+        assert "--max-connections 1,000 lowered to" in srv.output()
+        for _ in range(300):
+            try:
+                socks.append(socket.create_connection((host, int(port)), timeout=TIMEOUT))
+            except OSError:
+                break
+        time.sleep(4)  # the header timeout: the connections it holds are closed
+        assert requests.get(f"{srv.url}/health", timeout=TIMEOUT).status_code == 200
+    finally:
+        for sock in socks:
+            sock.close()
+        status = srv.stop()
+        output = srv.output()
+        srv.cleanup()
+    assert graceful(status), output
+    assert len(output) < 20_000 and "Traceback" not in output, output[-3000:]

@@ -33,11 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="characters of one input, checked before it is tokenized (default 400,000; 413 above)")
     parser.add_argument("--body-timeout-s", type=float, default=30.0,
                         help="time a client has to send a request's body (default 30; 408 after it)")
+    parser.add_argument("--header-timeout-s", type=float, default=10.0,
+                        help="time a client has to send a request's line and headers, from the connection or from the "
+                             "request's first byte (default 10; 408 and closed after it)")
+    parser.add_argument("--keep-alive-s", type=float, default=30.0,
+                        help="an idle keep-alive connection is closed after this (default 30)")
     parser.add_argument("--shutdown-grace-s", type=float, default=60.0,
                         help="on SIGTERM / Ctrl-C, how long requests in flight may take before the connections are "
                              "closed (default 60)")
     parser.add_argument("--max-connections", type=int, default=1000,
-                        help="connections and requests served at once (default 1000; more get 503)")
+                        help="connections open at once (default 1000; one more is answered 503 and closed at once; "
+                             "lowered to what the open files limit allows)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
@@ -68,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    if args.body_timeout_s <= 0:
-        raise UsageError(f"--body-timeout-s must be positive, got {args.body_timeout_s}")
+    for name in ("body_timeout_s", "header_timeout_s", "keep_alive_s"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if args.shutdown_grace_s < 0:
         raise UsageError(f"--shutdown-grace-s must be >= 0, got {args.shutdown_grace_s}")
     if args.max_wait_ms < 0:
@@ -109,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
         serve(encoder, sock=sock, model_id=args.model_name or model_name(model), limits=limits,
               max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, log_level=args.log_level,
               access_log=not args.no_access_log, security=security_of(args),
-              shutdown_grace_s=args.shutdown_grace_s, max_connections=args.max_connections)
+              shutdown_grace_s=args.shutdown_grace_s, max_connections=args.max_connections,
+              header_timeout_s=args.header_timeout_s, keep_alive_s=args.keep_alive_s)
     finally:
         sock.close()
     return 0

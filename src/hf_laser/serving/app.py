@@ -543,9 +543,10 @@ async def _wait_disconnect(request: Request) -> None:
 
 def create_app(encoder, *, model_id: str | None = None, limits: Limits = Limits(),
                max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
-               security: Security = Security()) -> Starlette:
+               security: Security = Security(), on_start=None) -> Starlette:
     """The ASGI app serving `encoder` (a `LaserEncoder` with a tokenizer); run it with uvicorn
-    (see `hf_laser.serving.server.serve`)."""
+    (see `hf_laser.serving.server.serve`). `on_start(loop)` is called in the app's startup, in the server's event
+    loop."""
     service = EmbeddingService(encoder, model_id=model_id, limits=limits, max_batch_tokens=max_batch_tokens,
                                max_wait_ms=max_wait_ms)
 
@@ -590,6 +591,8 @@ def create_app(encoder, *, model_id: str | None = None, limits: Limits = Limits(
 
     @asynccontextmanager
     async def lifespan(app):
+        if on_start is not None:
+            on_start(asyncio.get_running_loop())
         await service.start()
         try:
             yield

@@ -3,17 +3,153 @@
 uvicorn handles SIGTERM / Ctrl-C gracefully: it stops accepting connections, lets the requests in flight finish
 (their batches are still embedded) for at most `shutdown_grace_s` seconds, then closes what is left (an idle
 keep-alive connection, a client that sends half a body and stops), the app's shutdown stops the batcher, and the
-process exits with 0. At most `max_connections` connections and requests are served at once (more get 503), and an
-idle keep-alive connection is closed after `keep_alive_s`.
+process exits with 0.
+
+Connections are guarded where uvicorn has no setting ([`GuardedH11Protocol`]): at most `max_connections` are open at
+once (one more is answered 503 and closed at once, so idle clients cannot use up the process's file descriptors), a
+request's head (request line and headers) must arrive within `header_timeout_s` of the connection or of its first
+byte (408, then closed), an idle keep-alive connection is closed after `keep_alive_s` (uvicorn's own), and a failing
+`accept()` (out of file descriptors all the same) is one log line per 10 s, not asyncio's traceback per attempt.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import resource
 import socket
 import sys
+import time
 
 from .app import Limits, Security, create_app
 from .batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
+
+
+logger = logging.getLogger("hf_laser.serve")
+
+LOG_EVERY_S = 10.0  # a repeated event (refused connections, accept() failures) is logged at most this often
+
+
+def _raw_error(status: str, message: str, code: str) -> bytes:
+    """A whole HTTP/1.1 error response (JSON body as the app's errors, connection closed), written to a transport
+    where there is no request to answer through the app."""
+    import orjson
+
+    body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}})
+    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode() + body
+
+
+class _Throttled:
+    """Logs an event the first time and then at most every LOG_EVERY_S seconds, saying how often it happened."""
+
+    def __init__(self, message: str):
+        self.message, self.count, self.last = message, 0, None
+
+    def __call__(self, *args) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if self.last is None or now - self.last >= LOG_EVERY_S:
+            since = "" if self.last is None else f" ({self.count:,} times in the last {now - self.last:.0f} s)"
+            logger.warning(self.message + since, *args)
+            self.count, self.last = 0, now
+
+
+def guarded_protocol(max_connections: int, header_timeout_s: float):
+    """uvicorn's h11 protocol class with a connection cap and a timeout for a request's head (see the module
+    docstring); the class goes to `uvicorn.Config(http=...)`."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    refused = _raw_error("503 Service Unavailable", f"the server has {max_connections:,} connections open "
+                         "(--max-connections); try again later", "too_many_connections")
+    timed_out = _raw_error("408 Request Timeout", f"the request's headers did not arrive within {header_timeout_s:g} "
+                           "s (--header-timeout-s)", "header_timeout")
+    log_refused = _Throttled("refused a connection: %d open, the limit of --max-connections")
+    log_timed_out = _Throttled("closed a connection whose request headers did not come within %g s")
+
+    class GuardedH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                # closed now: its file descriptor is free again at once, not when the client gives up
+                log_refused(len(self.connections) - 1)
+                transport.write(refused)
+                transport.close()
+                return
+            self._arm_head_timer()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.transport.is_closing():
+                return
+            if self.conn.their_state is h11.IDLE:  # a request's head has begun and is not complete yet
+                if self._head_timer is None:
+                    self._arm_head_timer()
+            elif self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _arm_head_timer(self) -> None:
+            self._head_timer = self.loop.call_later(header_timeout_s, self._head_timeout)
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            # IDLE: no request's head complete since the timer was armed (one being answered is SEND_BODY / DONE)
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                log_timed_out(header_timeout_s)
+                self.transport.write(timed_out)
+                self.transport.close()
+
+    return GuardedH11Protocol
+
+
+def _accept_errors_throttled(loop: asyncio.AbstractEventLoop) -> None:
+    """asyncio logs a traceback for every failed `accept()` (Python 3.11 tries `backlog` times per turn: 2,048
+    tracebacks a second, 73 MB of log a minute when out of file descriptors); this makes it one line per 10 s."""
+    log = _Throttled("cannot accept connections: %s (open files limit %d); new connections wait")
+    default = loop.get_exception_handler()
+
+    def handler(loop, context):
+        if context.get("message") == "socket.accept() out of system resource":
+            log(context.get("exception"), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        elif default is not None:
+            default(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
+def raise_open_files_limit(max_connections: int, spare: int = 64) -> int:
+    """Raises this process's soft limit of open files to the hard one (as servers do) and gives back how many
+    connections fit under it beside the descriptors open now (the model's files, logs, the listening socket) and
+    `spare` more: the smaller of that and `max_connections`."""
+    import os
+
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no /proc (macOS): a generous guess
+        open_now = 256
+    reserve = open_now + spare
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > soft):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    return max(1, min(max_connections, soft - reserve))
 
 
 def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
@@ -41,19 +177,29 @@ def serve(encoder, *, host: str = "127.0.0.1", port: int = 8080, sock: socket.so
           model_id: str | None = None, limits: Limits = Limits(), max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
           max_wait_ms: float = DEFAULT_MAX_WAIT_MS, log_level: str = "info", access_log: bool = True,
           announce=None, security: Security = Security(), shutdown_grace_s: float = 60.0,
-          max_connections: int = 1000, keep_alive_s: float = 30.0) -> None:
+          max_connections: int = 1000, keep_alive_s: float = 30.0, header_timeout_s: float = 10.0) -> None:
     """Serves `encoder` over HTTP on `host:port` (or the listening socket `sock`, see [`bind`]) until SIGTERM /
     SIGINT (see the module docstring). `announce(url)` is called once the socket listens (default: a line on
     stderr)."""
     import uvicorn
 
     app = create_app(encoder, model_id=model_id, limits=limits, max_batch_tokens=max_batch_tokens,
-                     max_wait_ms=max_wait_ms, security=security)
+                     max_wait_ms=max_wait_ms, security=security, on_start=_accept_errors_throttled)
     sock = bind(host, port) if sock is None else sock
     try:
+        connections = raise_open_files_limit(max_connections)
+        if connections < max_connections:
+            print(f"hf-laser serve: --max-connections {max_connections:,} lowered to {connections:,}: the open files "
+                  f"limit is {resource.getrlimit(resource.RLIMIT_NOFILE)[0]:,} (raise it with ulimit -n)",
+                  file=sys.stderr, flush=True)
+        # the h11 protocol in all cases (uvicorn would take httptools where installed): the guards are written for it
         config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
-                                timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=shutdown_grace_s,
-                                limit_concurrency=max_connections)
+                                http=guarded_protocol(connections, header_timeout_s),
+                                timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=shutdown_grace_s)
+        # the app's log lines (errors with their request id, refused connections) go where uvicorn's go
+        uvicorn_log = logging.getLogger("uvicorn")
+        logger.handlers, logger.propagate = list(uvicorn_log.handlers), False
+        logger.setLevel(logging.getLogger("uvicorn.error").getEffectiveLevel())
         server = uvicorn.Server(config)
         url = url_of(sock)
         if announce is None:
