@@ -295,3 +295,32 @@ def test_tokenizer_caches_are_bounded_in_size_not_only_in_entries(monkeypatch):
         bpe.apply_word(w)
         assert sum(len(k) + len(v) for k, v in core._word_ids.items()) <= 1_000 + 2 * 120
         assert sum(len(k) + len(v) for k, v in bpe._cache.items()) <= 1_000 + 2 * 600
+
+
+def test_language_caches_hold_rule_sets_not_every_code_a_client_sends():
+    """#52 D2: every distinct language code kept a Moses tokenizer, punctuation rules and a preprocessor forever
+    (~10 KB each: a server sent 2,048 made-up codes per request grew without bound). Codes without rules of their
+    own share one entry (the Moses defaults, the same output), and a pipeline keeps at most 256 preprocessors."""
+    import itertools
+    import string
+    import warnings
+
+    import hf_laser.preprocessing as P
+    import hf_laser.text_tokenizer as T
+    from hf_laser import DEFAULT_MODEL
+    from hf_laser.text_tokenizer import LaserTextTokenizer
+
+    tok = LaserTextTokenizer.from_directory(DEFAULT_MODEL)
+    codes = ["".join(t) for t in itertools.islice(itertools.product(string.ascii_lowercase, repeat=3), 600)]
+    sentence = "L'homme, « Mr. Smith », n'a pas 1,5 kg."
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unknown codes
+        ids = tok.encode_lines([sentence] * len(codes), lang=codes)
+        generic = tok.encode_lines([sentence], lang="xx")[0]
+    assert P._tokenizer.cache_info().currsize <= len(P.NONBREAKING_PREFIX_LANGS) + 4
+    assert P._normalizer_blocks.cache_info().currsize <= len(P._NORMALIZER_LANGS) + 1
+    assert len(tok._core.pipeline._preprocessors) <= T.MAX_CACHED_PREPROCESSORS
+    known = {c for c in codes if P.normalize_lang(c) in P._KNOWN_CODES}
+    assert all(row == generic for c, row in zip(codes, ids) if c not in known)
+    for code in P.NONBREAKING_PREFIX_LANGS | {"en", "fr", "it", "ga"}:  # codes with rules of their own keep them
+        assert P._tokenizer_rules_lang(code) == code

@@ -547,7 +547,14 @@ def normalize_punctuation(text: str, lang: str = "en") -> str:
     ``lang`` is used as given (only ``en``, ``cs``/``cz`` and ``de``/``es``/``fr`` change
     the result).
     """
-    return _normalize(_normalizer_blocks(lang), text)
+    return _normalize(_normalizer_blocks(lang if lang in _NORMALIZER_LANGS else _OTHER_LANG), text)
+
+
+# the languages whose Moses rules differ from every other code's (normalize-punctuation.perl; tokenizer.perl, with
+# the nonbreaking-prefix files): any other code gets the rules of _OTHER_LANG, so the caches below hold one entry per
+# rule set, not one per code a client makes up (a server would keep them all)
+_NORMALIZER_LANGS = frozenset({"en", "cs", "cz", "de", "es", "fr"})
+_OTHER_LANG = "und"  # (ISO 639 "undetermined": in none of the sets)
 
 
 # --------------------------------------------------------------------------------------
@@ -755,7 +762,13 @@ def moses_tokenize(text: str, lang: str = "en") -> str:
     ``lang`` is used as given (Perl semantics: a language without a shipped prefix file
     uses the English one).
     """
-    return _tokenizer(lang)(text)
+    return _tokenizer(_tokenizer_rules_lang(lang))(text)
+
+
+def _tokenizer_rules_lang(lang: str) -> str:
+    """The code whose tokenizer rules `lang` gets: itself where it has a prefix file or its own apostrophe rules,
+    otherwise _OTHER_LANG (the English prefixes and the generic rules, as every such code)."""
+    return lang if lang in NONBREAKING_PREFIX_LANGS or lang in ("en", "fr", "it", "ga") else _OTHER_LANG
 
 
 # --------------------------------------------------------------------------------------
@@ -884,11 +897,11 @@ class LaserPreprocessor:
         self.mode: str = mode
         if self.lang not in _KNOWN_CODES:
             _warn_unknown(self.lang)
-        self._norm_blocks = _normalizer_blocks(self.lang)
+        self._norm_blocks = _normalizer_blocks(self.lang if self.lang in _NORMALIZER_LANGS else _OTHER_LANG)
         self._tok: _MosesTokenizer | None = None
         self._post: list[Callable[[str], str]] = []
         if mode == "laser1":
-            self._tok = _tokenizer(self.lang)
+            self._tok = _tokenizer(_tokenizer_rules_lang(self.lang))
             if self.lang == "zh":
                 cut = _jieba_cut()
                 self._post.append(lambda s: " ".join(cut(s)))

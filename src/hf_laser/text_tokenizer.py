@@ -45,6 +45,7 @@ STAGES = ("tok", "bpe", "ids")
 _WORD_CACHE_SIZE = 500_000  # distinct words whose ids are cached (cleared when full)
 _WORD_CACHE_UNITS = 32 << 20  # ... and at most this many characters + ids in it (a bound in bytes, not entries)
 _PRETOKENIZED = (False, True, "bpe", "tok")
+MAX_CACHED_PREPROCESSORS = 256  # languages whose preprocessor a pipeline keeps (a server meets codes clients make up)
 SPIECE_UNDERLINE = "\u2581"
 
 
@@ -205,12 +206,14 @@ class LaserTextPipeline:
         lang = self.lang if lang is None else lang
         if self.mode == "laser2" and self.laser2_punct_lang is not None:
             lang = self.laser2_punct_lang
-        pre = self._preprocessors.get(lang)
+        pre = self._preprocessors.pop(lang, None)
         if pre is None:
             from .preprocessing import LaserPreprocessor
 
             pre = LaserPreprocessor(lang, mode=self.mode)
-            self._preprocessors[lang] = pre
+            if len(self._preprocessors) >= MAX_CACHED_PREPROCESSORS:  # the least recently used goes
+                del self._preprocessors[next(iter(self._preprocessors))]
+        self._preprocessors[lang] = pre  # (last: the most recently used)
         return pre
 
     def preprocess(self, lines: Sequence[str], lang: str | Sequence[str] | None = None) -> list[str]:
