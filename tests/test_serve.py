@@ -157,6 +157,40 @@ def test_batcher_matches_encode(encoder):
     assert stats.largest_batch > 1
 
 
+def test_a_large_request_does_not_hold_the_model_for_a_small_one(encoder):
+    """#52 D3: a request was never split, so a small one waited for a large one's whole work (12 s behind 88,000
+    tokens); now a large request is cut into parts within the token budget and a batch takes the next part of each
+    waiting request in turn. The answers stay those of encode."""
+    from hf_laser.serving.batching import DynamicBatcher
+
+    sentences = [s for lines in EXAMPLES.values() for s in lines]
+    large = [f"{i} {s}" for i in range(6) for s in sentences]
+    large_ids, small_ids = encoder.token_ids(large, lang="auto"), encoder.token_ids(["Hello world."], lang="en")
+    finished = []
+
+    async def main():
+        batcher = DynamicBatcher(encoder.encode_ids, max_batch_tokens=150, max_wait_ms=0)
+        batcher.start()
+
+        async def embed(name, ids):
+            rows = await batcher.embed(ids)
+            finished.append(name)
+            return rows
+
+        try:
+            big = asyncio.ensure_future(embed("large", large_ids))
+            await asyncio.sleep(0.01)  # the large request's first part is in the model
+            return await asyncio.gather(big, embed("small", small_ids)), batcher.stats
+        finally:
+            await batcher.close()
+
+    (big, small), stats = asyncio.run(main())
+    assert sum(map(len, large_ids)) > 10 * 150 and stats.batches > 10
+    assert finished == ["small", "large"]
+    np.testing.assert_allclose(big, encode(encoder, large, "auto"), rtol=0, atol=TOL)
+    np.testing.assert_allclose(small, encode(encoder, ["Hello world."], "en"), rtol=0, atol=TOL)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The APIs
 # ---------------------------------------------------------------------------------------------------------------
@@ -166,7 +200,7 @@ def test_health_and_models(server, encoder):
     health = requests.get(f"{server.url}/health", timeout=TIMEOUT).json()
     assert health["status"] == "ok" and health["model"] == "laser-mini" and health["dim"] == encoder.dim
     assert health["limits"] == {"max_inputs": 64, "max_request_tokens": 100_000, "max_body_bytes": 2_000_000,
-                                "max_input_chars": 400_000, "body_timeout_s": 30.0}
+                                "max_input_chars": 400_000, "max_input_tokens": 8192, "body_timeout_s": 30.0}
     models = requests.get(f"{server.url}/v1/models", timeout=TIMEOUT).json()
     assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["laser-mini"]
     assert requests.get(f"{server.url}/v1/models/laser-mini", timeout=TIMEOUT).json()["id"] == "laser-mini"
@@ -301,9 +335,9 @@ BAD_OPENAI = [
     ({"input": ["a"], "dimensions": SHIPPED_DIM // 2}, 400, f"'dimensions' can only be {SHIPPED_DIM}"),
     ({"input": ["a"], "langs": "fr"}, 400, "unrecognized request argument(s): langs"),
     ({"input": ["a"] * 65}, 413, "65 inputs, over the limit of 64"),
-    ({"input": ["word " * 50_000] * 2}, 413, "the input is 100,002 tokens, over the limit of 100,000"),
+    ({"input": ["word " * 5_000] * 20}, 413, "the input is 100,020 tokens, over the limit of 100,000"),
     # the budget is checked after each tokenizer job: the third input is not tokenized
-    ({"input": ["word " * 50_000] * 3}, 413, "the input is at least 100,002 tokens, over the limit of 100,000"),
+    ({"input": ["word " * 5_000] * 30}, 413, "the input is at least 100,020 tokens, over the limit of 100,000"),
     ({"input": ["x" * 2_000_000]}, 413, "over the limit of 2,000,000 bytes"),
     # #52 D3: one input's size is checked before it is tokenized (a 16 MB input held the tokenizer 27 s)
     ({"input": ["y" * 400_001]}, 413, "input[0] is 400,001 characters, over the limit of 400,000"),
@@ -331,7 +365,7 @@ def test_bad_bodies_and_routes(server):
     assert_error(requests.post(f"{url}/vectorize", json=["a"], timeout=TIMEOUT), 400, "JSON object")
     assert_error(requests.post(f"{url}/vectorize", files={"q": b"a"}, timeout=TIMEOUT), 415)
     assert_error(requests.get(f"{url}/vectorize", params={"q": "a\n" * 65}, timeout=TIMEOUT), 413, "--max-inputs")
-    assert_error(requests.post(f"{url}/vectorize", data={"q": "b " * 100_000}, timeout=TIMEOUT), 413,
+    assert_error(requests.post(f"{url}/vectorize", data={"q": ("b " * 6_000 + "\n") * 20}, timeout=TIMEOUT), 413,
                  "--max-request-tokens")
     assert requests.get(f"{url}/health", timeout=TIMEOUT).json()["status"] == "ok"
 
@@ -594,10 +628,18 @@ def test_a_body_trickled_byte_by_byte_is_cut_off():
         srv.cleanup()
 
 
+def test_an_input_over_the_token_limit_is_refused(server):
+    """#52 D3: one input of 95,000 tokens held the model, and every other request, for 30 s; --max-input-tokens
+    (8,192 by default, as OpenAI's) refuses it, naming the input."""
+    resp = post(server, "/v1/embeddings", {"input": ["Hello.", "w" + "abcdefghij" * 3000], "lang": "en"})
+    assert_error(resp, 413, "input[1] is", "tokens, over the limit of 8,192 per input", "--max-input-tokens")
+    assert requests.get(f"{server.url}/health", timeout=TIMEOUT).json()["limits"]["max_input_tokens"] == 8192
+
+
 def test_a_request_is_tokenized_in_jobs_with_the_same_answer(server, encoder):
     """#52 D3: requests are tokenized in jobs of at most 50,000 characters, queued behind other requests' jobs; the
     answer is the one of a request tokenized at once, warnings keep the index of their input."""
-    texts = [f"{i} " + "la maison est grande et le jardin est beau. " * 700 for i in range(3)] + ["Dit is een zin."]
+    texts = [f"{i} " + "la maison est grande et le jardin est beau. " * 600 for i in range(3)] + ["Dit is een zin."]
     langs = ["fr", "fr", "fr", "xx"]
     resp = post(server, "/v1/embeddings", {"input": texts, "lang": langs})
     assert resp.status_code == 200, resp.text
@@ -626,36 +668,56 @@ def _answers(socks, wait_s: float) -> list[bytes]:
     return answers
 
 
-def test_silent_connections_are_capped_and_timed_out():
+def _read_response(sock: socket.socket) -> bytes:
+    """One whole HTTP response (head and Content-Length body) from `sock`."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(65536)
+    head, body = answer.split(b"\r\n\r\n", 1)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_silent_connections_cannot_keep_clients_out():
     """#52 D4: 3,000 connections that never sent a request stayed open (> 40 s), ~20,000 used up the file
-    descriptors; a head trickled slowly was never cut off. Now connections over --max-connections get 503 at once,
-    a request's head must arrive within --header-timeout-s (408), an idle keep-alive connection is closed after
-    --keep-alive-s, and the server goes on answering."""
-    srv = ServerProcess("--max-connections", "40", "--header-timeout-s", "2", "--keep-alive-s", "1", *LIMITS)
+    descriptors; a head trickled slowly was never cut off. Now at most --max-connections are open: one more closes
+    the connection that has waited longest for a request (a client with a request gets in at once), or gets 503
+    when every connection has a request; a request's head must arrive within --header-timeout-s (408); an idle
+    keep-alive connection is closed after --keep-alive-s."""
+    srv = ServerProcess("--max-connections", "40", "--header-timeout-s", "2", "--keep-alive-s", "1",
+                        "--body-timeout-s", "10", *LIMITS)
     host, port = srv.url.removeprefix("http://").split(":")
     socks = []
     try:
         kept = socket.create_connection((host, int(port)), timeout=TIMEOUT)  # a finished request, then idle
         kept.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            answer += kept.recv(65536)
-        head, body = answer.split(b"\r\n\r\n", 1)
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length")))
-        while len(body) < length:
-            body += kept.recv(65536)
-        assert head.startswith(b"HTTP/1.1 200")
-        socks = [socket.create_connection((host, int(port)), timeout=TIMEOUT) for _ in range(80)]
-        socks[0].sendall(b"GET /health HTTP/1.1\r\nHost: 127.0")  # a head that never ends
-        first = _answers(socks, 1.0)
-        refused = [a for a in first if a]
-        assert len(refused) >= 40, f"{len(refused)} of 80 answered at once with 40 connections allowed"
-        assert all(a.startswith(b"HTTP/1.1 503") and b"--max-connections" in a for a in refused), refused[0]
-        later = _answers([s for s, a in zip(socks, first) if a is None], 10.0)
-        assert all(a and a.startswith(b"HTTP/1.1 408") and b"within 2 s" in a for a in later), later
+        assert _read_response(kept).startswith(b"HTTP/1.1 200")
         assert _answers([kept], 5.0) == [b""]  # closed by the keep-alive timeout, without an answer
+
+        socks = [socket.create_connection((host, int(port)), timeout=TIMEOUT) for _ in range(80)]
+        socks[-1].sendall(b"GET /health HTTP/1.1\r\nHost: 127.0")  # a head that never ends
+        started = time.monotonic()
         assert requests.get(f"{srv.url}/health", timeout=TIMEOUT).status_code == 200
+        assert time.monotonic() - started < 1.5, "a client waited for the idle connections' header timeout"
+        first = _answers(socks, 1.0)
+        assert first[:40] == [b""] * 40  # the oldest idle connections made room, closed without an answer
+        later = _answers(socks[41:], 10.0)  # (the newest, which the /health request did not evict)
+        assert all(a and a.startswith(b"HTTP/1.1 408") and b"within 2 s" in a for a in later), later
+
+        busy = [socket.create_connection((host, int(port)), timeout=TIMEOUT) for _ in range(40)]
+        socks += busy
+        for sock in busy:  # each a request whose body is still coming: not idle, never closed to make room
+            sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+        time.sleep(0.5)
+        extra = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        socks.append(extra)
+        refused = _read_response(extra)
+        assert refused.startswith(b"HTTP/1.1 503") and b"all with requests" in refused, refused
+        assert _answers(busy, 0.5) == [None] * 40
     finally:
         for sock in socks:
             sock.close()
@@ -663,7 +725,29 @@ def test_silent_connections_are_capped_and_timed_out():
         output = srv.output()
         srv.cleanup()
     assert graceful(status) and "Traceback" not in output, output
-    assert output.count("refused a connection") == 1, output  # one line for many (LOG_EVERY_S)
+    assert output.count("closed an idle connection") == 1, output  # one line for many (LOG_EVERY_S)
+
+
+def test_sigterm_answers_a_request_still_sending_its_body_at_once():
+    """#52 D5: a client trickling a body held the exit until --body-timeout-s (30 s by default); now a request
+    whose body has not arrived is answered 503 at SIGTERM, and the server exits at once."""
+    srv = ServerProcess(*LIMITS)
+    host, port = srv.url.removeprefix("http://").split(":")
+    half = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+    try:
+        half.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"input\": [\"a")
+        time.sleep(0.5)
+        started = time.monotonic()
+        status = srv.stop(timeout=60)
+        took = time.monotonic() - started
+        answer = _read_response(half)
+        assert graceful(status), srv.output()
+        assert took < 10, f"SIGTERM took {took:.1f} s with a body still coming"
+        assert answer.startswith(b"HTTP/1.1 503") and b"shutting down" in answer, answer
+    finally:
+        half.close()
+        srv.cleanup()
 
 
 def test_out_of_file_descriptors_is_one_line_not_a_log_flood():

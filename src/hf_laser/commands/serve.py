@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and the --host address; '*': any; others get 421, which stops DNS rebinding)")
     parser.add_argument("--max-input-chars", type=int, default=400_000,
                         help="characters of one input, checked before it is tokenized (default 400,000; 413 above)")
+    parser.add_argument("--max-input-tokens", type=int, default=8192,
+                        help="LASER tokens of one input, </s> included (default 8,192, as OpenAI's; 413 above: a "
+                             "sentence is one pass of the model that holds every other request)")
     parser.add_argument("--body-timeout-s", type=float, default=30.0,
                         help="time a client has to send a request's body (default 30; 408 after it)")
     parser.add_argument("--header-timeout-s", type=float, default=10.0,
@@ -70,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     for name in ("max_batch_tokens", "max_inputs", "max_request_tokens", "max_body_bytes", "threads",
-                 "max_connections", "max_input_chars"):
+                 "max_connections", "max_input_chars", "max_input_tokens"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
@@ -112,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                                        quantize="int8" if args.int8 else None)
         limits = Limits(max_inputs=args.max_inputs, max_request_tokens=args.max_request_tokens,
                         max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s,
-                        max_input_chars=args.max_input_chars)
+                        max_input_chars=args.max_input_chars, max_input_tokens=args.max_input_tokens)
         serve(encoder, sock=sock, model_id=args.model_name or model_name(model), limits=limits,
               max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, log_level=args.log_level,
               access_log=not args.no_access_log, security=security_of(args),

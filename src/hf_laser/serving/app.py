@@ -57,6 +57,9 @@ class Limits:
     # one input's characters, checked before it is tokenized (one input is one tokenizer job: 16 MB took 27 s and
     # made every other request wait); 4 characters per token of the default token budget
     max_input_chars: int = 400_000
+    # one input's LASER tokens (OpenAI's limit per input): a sentence is one sequential LSTM pass that no batching can
+    # cut, so one of 95,000 tokens held the model (and every other request) for 30 s
+    max_input_tokens: int = 8192
     body_timeout_s: float = 30.0  # to receive a whole body (a client trickling bytes holds a connection no longer)
 
 
@@ -278,6 +281,11 @@ class EmbeddingService:
                     self._tokenizer_pool, self._token_ids, texts[start:stop], part_lang, start)
             except (ValueError, TypeError) as err:
                 raise ApiError(400, f"cannot preprocess the input: {err}", param="input") from err
+            for i, row in enumerate(ids):
+                if len(row) > self.limits.max_input_tokens:
+                    raise ApiError(413, f"input[{start + i}] is {len(row):,} tokens, over the limit of "
+                                        f"{self.limits.max_input_tokens:,} per input (--max-input-tokens); split it",
+                                   param="input", code="input_too_long")
             tokens += sum(len(s) for s in ids)
             if tokens > self.limits.max_request_tokens:
                 raise ApiError(413, f"the input is {'at least ' if stop < len(texts) else ''}{tokens:,} tokens, over "
@@ -435,6 +443,7 @@ class EmbeddingService:
                                          "max_request_tokens": self.limits.max_request_tokens,
                                          "max_body_bytes": self.limits.max_body_bytes,
                                          "max_input_chars": self.limits.max_input_chars,
+                                         "max_input_tokens": self.limits.max_input_tokens,
                                          "body_timeout_s": self.limits.body_timeout_s},
                               "active": self.active, "disconnected": self.disconnected,
                               **({"members": list(self.batchers)} if self.routed else {}),

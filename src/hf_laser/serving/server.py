@@ -5,11 +5,13 @@ uvicorn handles SIGTERM / Ctrl-C gracefully: it stops accepting connections, let
 keep-alive connection, a client that sends half a body and stops), the app's shutdown stops the batcher, and the
 process exits with 0.
 
-Connections are guarded where uvicorn has no setting ([`GuardedH11Protocol`]): at most `max_connections` are open at
-once (one more is answered 503 and closed at once, so idle clients cannot use up the process's file descriptors), a
+Connections are guarded where uvicorn has no setting ([`guarded_protocol`]): at most `max_connections` are open at
+once (one more closes the connection that has waited longest for a request, or, when every one has a request, is
+answered 503 and closed at once: idle clients can neither use up the file descriptors nor keep others out), a
 request's head (request line and headers) must arrive within `header_timeout_s` of the connection or of its first
-byte (408, then closed), an idle keep-alive connection is closed after `keep_alive_s` (uvicorn's own), and a failing
-`accept()` (out of file descriptors all the same) is one log line per 10 s, not asyncio's traceback per attempt.
+byte (408, then closed), an idle keep-alive connection is closed after `keep_alive_s` (uvicorn's own), a request
+still sending its body at shutdown is answered 503 at once, and a failing `accept()` (out of file descriptors all
+the same) is one log line per 10 s, not asyncio's traceback per attempt.
 """
 
 from __future__ import annotations
@@ -62,24 +64,50 @@ def guarded_protocol(max_connections: int, header_timeout_s: float):
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     refused = _raw_error("503 Service Unavailable", f"the server has {max_connections:,} connections open "
-                         "(--max-connections); try again later", "too_many_connections")
+                         "(--max-connections), all with requests; try again later", "too_many_connections")
     timed_out = _raw_error("408 Request Timeout", f"the request's headers did not arrive within {header_timeout_s:g} "
                            "s (--header-timeout-s)", "header_timeout")
-    log_refused = _Throttled("refused a connection: %d open, the limit of --max-connections")
+    stopping = _raw_error("503 Service Unavailable", "the server is shutting down; the request's body had not "
+                          "arrived (send it again)", "shutting_down")
+    log_refused = _Throttled("refused a connection: %d open (--max-connections), all with requests")
+    log_evicted = _Throttled("closed an idle connection (no request for %.1f s) to make room: %d open "
+                             "(--max-connections)")
     log_timed_out = _Throttled("closed a connection whose request headers did not come within %g s")
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _idle_since = 0.0  # (loop time) since when the connection waits for a request
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
-            if len(self.connections) > max_connections:
+            self._idle_since = self.loop.time()
+            if len(self.connections) > max_connections and not self._evict_idle():
                 # closed now: its file descriptor is free again at once, not when the client gives up
                 log_refused(len(self.connections) - 1)
                 transport.write(refused)
                 transport.close()
                 return
             self._arm_head_timer()
+
+        def _idle(self) -> bool:
+            """Waiting for a request (a fresh or a keep-alive connection; a head may have begun)."""
+            return not self.transport.is_closing() and self.conn.their_state is h11.IDLE and \
+                (self.cycle is None or self.cycle.response_complete)
+
+        def _evict_idle(self) -> bool:
+            """Closes the connection that has waited longest for a request (not this one), making room for this
+            one: idle clients cannot keep the others out. False when every other connection has a request."""
+            idle = [c for c in self.connections if c is not self and isinstance(c, GuardedH11Protocol) and c._idle()]
+            if not idle:
+                return False
+            oldest = min(idle, key=lambda c: c._idle_since)
+            log_evicted(self.loop.time() - oldest._idle_since, len(self.connections) - 1)
+            oldest.transport.close()  # (as a keep-alive timeout does: no answer to a request never sent)
+            return True
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._idle_since = self.loop.time()
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
@@ -97,6 +125,16 @@ def guarded_protocol(max_connections: int, header_timeout_s: float):
                 self._head_timer.cancel()
                 self._head_timer = None
             super().connection_lost(exc)
+
+        def shutdown(self) -> None:
+            # a request still sending its body is not served at shutdown: answered 503 now, so that a client
+            # trickling a body does not hold the exit for --body-timeout-s
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_started and self.conn.their_state is h11.SEND_BODY:
+                self.transport.write(stopping)
+                self.transport.close()  # (the app's receive() then says the client disconnected)
+                return
+            super().shutdown()
 
         def _arm_head_timer(self) -> None:
             self._head_timer = self.loop.call_later(header_timeout_s, self._head_timeout)
