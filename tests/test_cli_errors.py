@@ -43,7 +43,7 @@ def test_tokenize_user_errors(tiny_model_dir, text, tmp_path, capsys):
     assert cli_main([*base, "--model", str(tiny_model_dir), "-i", str(tmp_path / "missing.txt")]) == 2
     assert "missing.txt" in error_line(capsys)
     assert cli_main([*base, "--model", str(tmp_path / "nope"), "-i", str(text)]) == 2
-    assert error_line(capsys) == f"hf-laser tokenize: error: model directory not found: {tmp_path / 'nope'}"
+    assert error_line(capsys).startswith(f"hf-laser tokenize: error: model directory not found: {tmp_path / 'nope'} (")
     assert cli_main([*base, "--model", str(text), "-i", str(text)]) == 2
     assert "is a file, not a model directory" in error_line(capsys)
     assert cli_main(["tokenize", "--lang", "", "--model", str(tiny_model_dir), "-i", str(text)]) == 2
@@ -55,7 +55,7 @@ def test_similar_user_errors(tiny_model_dir, text, tmp_path, capsys):
     assert cli_main([*base, "--lang", "fr", "-i", str(tmp_path / "missing.txt"), "--model", str(tiny_model_dir)]) == 2
     assert "missing.txt not found" in error_line(capsys)
     assert cli_main([*base, "--lang", "fr", "-i", str(text), "--model", str(tmp_path / "nope")]) == 2
-    assert error_line(capsys) == f"hf-laser similar: error: model directory not found: {tmp_path / 'nope'}"
+    assert error_line(capsys).startswith(f"hf-laser similar: error: model directory not found: {tmp_path / 'nope'} (")
     assert cli_main([*base, "--lang", "", "-i", str(text), "--model", str(tiny_model_dir)]) == 2
     assert "lang is an empty string" in error_line(capsys)
 
@@ -72,7 +72,7 @@ def test_embed_shards_user_errors(entry, tiny_model_dir, text, tmp_path, capsys)
     assert run("--model", str(tiny_model_dir), "--input", "fr", str(tmp_path)) == 2
     assert error_line(capsys) == f"{who}: error: input {tmp_path} is not a file"
     assert run("--model", str(tmp_path / "nope"), "--input", "fr", str(text)) == 2
-    assert error_line(capsys) == f"{who}: error: model directory not found: {tmp_path / 'nope'}"
+    assert error_line(capsys).startswith(f"{who}: error: model directory not found: {tmp_path / 'nope'} (")
     (tmp_path / "not_a_model").mkdir()
     assert run("--model", str(tmp_path / "not_a_model"), "--input", "fr", str(text)) == 2
     assert "is not a LASER model directory: it has no config.json" in error_line(capsys)
@@ -125,3 +125,14 @@ def test_half_precision_on_a_cpu_without_native_support_is_announced(monkeypatch
     assert next(encoder.model.parameters()).dtype == torch.bfloat16  # announced, not changed
     load_encoder_for_cli(DEFAULT_MODEL, "hf-laser embed", device="cpu")
     assert "native" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["/no/such/dir", "laser-93langs", "./laser-93langs"])
+def test_python_api_missing_model_is_as_clear_as_the_cli(model):
+    """#47: `LaserEncoder.from_pretrained("/no/such/dir")` raised huggingface_hub's "Repo id must be in the form
+    'repo_name'...", and a bare name retried the Hub 5 times (~23 s) when offline; now the CLI's one line, at once,
+    without contacting the Hub (a Hub model is 'owner/name')."""
+    from hf_laser import LaserEncoder
+
+    with pytest.raises(FileNotFoundError, match=f"^model directory not found: {model} \\(a Hub model is 'owner/name'"):
+        LaserEncoder.from_pretrained(model)

@@ -312,3 +312,26 @@ def test_params_must_be_a_dict(tmp_path):
     with pytest.raises(NotALaserCheckpoint, match="'params' is a list, expected a dict"):
         load_laser_checkpoint(path)
     assert cli_main(["convert", str(path), str(tmp_path / "out"), "--no-tokenizer"]) == 2
+
+
+def test_convert_checks_its_files_before_importing_torch(tmp_path):
+    """#47: `hf-laser convert /nonexistent.pt ...` took ~10 s (torch imported first) to say `checkpoint not found`;
+    the files are checked first now."""
+    code = ("import sys; from hf_laser.cli import main; rc = main(['convert', sys.argv[1], sys.argv[2]]); "
+            "print(rc, 'torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "nope.pt"), str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.stdout.split() == ["2", "False"], run.stdout + run.stderr
+    assert run.stderr.strip() == f"hf-laser convert: error: checkpoint not found: {tmp_path / 'nope.pt'}"
+
+
+@pytest.mark.parametrize("content, kind", [(b"", "an empty file"), ("# vocabulary\nde 12\n".encode(), "a text file"),
+                                           (b"\x89PNG\r\n\x1a\n" + bytes(40), "another binary format")])
+def test_a_file_that_is_no_checkpoint_says_so(tmp_path, capsys, content, kind):
+    """#47: converting a non-checkpoint showed torch's internal `Unsupported operand 76`."""
+    path = tmp_path / "model.pt"
+    path.write_bytes(content)
+    with pytest.raises(NotALaserCheckpoint, match=f"is not a PyTorch checkpoint \\({kind};"):
+        load_laser_checkpoint(path)
+    assert cli_main(["convert", str(path), str(tmp_path / "out"), "--no-tokenizer"]) == 2
+    assert f"is not a PyTorch checkpoint ({kind};" in capsys.readouterr().err

@@ -134,6 +134,18 @@ def _check_state(path: Path, state) -> None:
                                   "damaged (or from a diverged training run)")
 
 
+def not_a_torch_file(path: Path) -> str | None:
+    """Why `path` is evidently no PyTorch file (those are zip archives, or pickles for torch < 1.6), or None; read
+    from its first bytes, so that a text file is not reported as torch's "Unsupported operand 76"."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
+        return None
+    kind = "an empty file" if not head else "a text file" if all(b in b"\t\r\n" or 32 <= b < 127 or b >= 0xC2
+                                                               for b in head) else "another binary format"
+    return f"{path} is not a PyTorch checkpoint ({kind}; a checkpoint is a zip archive or a pickle made by torch.save)"
+
+
 def load_laser_checkpoint(path: str | Path) -> dict:
     """Loads and validates an original LASER checkpoint with `torch.load(weights_only=True)`.
 
@@ -143,6 +155,8 @@ def load_laser_checkpoint(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    if why := not_a_torch_file(path):
+        raise NotALaserCheckpoint(why)
     verify_zip_crc(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)

@@ -202,6 +202,11 @@ class LaserEncoder:
 
             # "laser2" / "laser3-wol_Latn": the original release, fetched and converted once into the cache
             path = resolve_named_model(path) or path
+        if not Path(str(path)).expanduser().exists() and looks_local(path):
+            # at once and in one line (transformers would try it as a Hub id: 5 retries when offline)
+            from .models import missing_model_message
+
+            raise FileNotFoundError(missing_model_message(path))
         if engine != "torch":
             why_not = _why_not_numpy(path, device, dtype, quantize, kwargs)
             model = tokenizer_loaded = None

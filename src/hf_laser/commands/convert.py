@@ -26,6 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    # the files first, before torch is imported (seconds): a mistyped path is said at once
+    for what, path in (("checkpoint", args.checkpoint), ("file", args.bpe_codes), ("file", args.bpe_vocab),
+                       ("file", args.spm_model), ("file", args.spm_vocab)):
+        if path is not None and not Path(path).is_file():
+            print(f"hf-laser convert: error: {what} not found: {path}"
+                  + (" (a directory)" if Path(path).is_dir() else ""), file=sys.stderr)
+            return 2
     from ..convert import NotALaserCheckpoint, convert
 
     try:

@@ -53,12 +53,19 @@ def looks_local(model: str | os.PathLike) -> bool:
     return Path(s).parent.is_dir()
 
 
+def missing_model_message(model: str | os.PathLike) -> str:
+    """What to say of a model argument that names no existing directory (and is no Hub id, see [`looks_local`])."""
+    return (f"model directory not found: {model} (a Hub model is 'owner/name'; the original LASER models: 'laser2' or "
+            "'laser3-LANG' are downloaded and converted, and a checkpoint you have is converted with hf-laser "
+            "convert)")
+
+
 def check_local_dir(model: str | os.PathLike) -> None:
     """[`UsageError`] when `model` means a local directory that is missing, or is a file; a Hub id passes."""
     path = Path(str(model)).expanduser()
     if not path.exists():
         if looks_local(model):
-            raise UsageError(f"model directory not found: {model}")
+            raise UsageError(missing_model_message(model))
     elif not path.is_dir():
         raise UsageError(f"--model {model} is a file, not a model directory (make one with hf-laser convert)")
 
