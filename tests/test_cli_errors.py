@@ -136,3 +136,25 @@ def test_python_api_missing_model_is_as_clear_as_the_cli(model):
 
     with pytest.raises(FileNotFoundError, match=f"^model directory not found: {model} \\(a Hub model is 'owner/name'"):
         LaserEncoder.from_pretrained(model)
+
+
+@pytest.mark.parametrize("lang", ["francais", "fr,en", "../etc", ["fr", "francais"]])
+def test_python_api_language_rule_is_the_cli_one(lang):
+    """#47: `--lang francais` was exit 2 in the CLI but `encode(lang="francais")` only warned and embedded with the
+    Moses defaults; now one rule (hf_laser.languages.check_language): a code, a name, or auto; anything else is an
+    error, in the encoder and in the tokenizer."""
+    from hf_laser import DEFAULT_MODEL, LaserEncoder
+    from hf_laser.text_tokenizer import LaserInputError, LaserTextTokenizer
+
+    texts = ["Bonjour.", "Merci."] if isinstance(lang, list) else ["Bonjour."]
+    with pytest.raises(LaserInputError, match="is not a language code"):
+        LaserTextTokenizer.from_directory(DEFAULT_MODEL).encode_lines(texts, lang=lang)
+    with pytest.raises(ValueError, match="is not a language code"):
+        LaserEncoder.from_pretrained(DEFAULT_MODEL).encode(texts, lang=lang)
+
+
+def test_python_api_takes_language_names_as_the_cli_does():
+    from hf_laser import DEFAULT_MODEL, LaserEncoder
+
+    encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL)
+    assert encoder.encode(["Bonjour."], lang="French").tobytes() == encoder.encode(["Bonjour."], lang="fr").tobytes()

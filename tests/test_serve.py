@@ -285,6 +285,35 @@ def test_vectorize_post_and_defaults(server, encoder):
     np.testing.assert_allclose(tok["embedding"], encoder.encode_ids(ids).numpy(), rtol=0, atol=TOL)
 
 
+def test_vectorize_takes_multipart_forms(server, encoder):
+    """#47: README says /vectorize takes "a form", but `curl -F` (multipart/form-data) got 415."""
+    q = "Hey, how are you?\nI'm OK and you?"
+    for files in ({"q": (None, q), "lang": (None, "en")}, {"q": ("q.txt", q.encode()), "lang": (None, "en")}):
+        resp = requests.post(f"{server.url}/vectorize", files=files, timeout=TIMEOUT)
+        assert resp.status_code == 200, resp.text
+        np.testing.assert_allclose(np.array(resp.json()["embedding"], dtype=np.float32),
+                                   encode(encoder, q.split("\n"), "en"), rtol=0, atol=TOL)
+    assert_error(requests.post(f"{server.url}/vectorize", data=b"--x\r\nnot a form",
+                               headers={"Content-Type": "multipart/form-data; boundary=zz"}, timeout=TIMEOUT), 400)
+
+
+def test_warnings_are_one_log_line_and_ctrl_c_says_stopped(encoder):
+    """#47: an unknown language put a raw `UserWarning` with its source line into the server's log, and Ctrl-C
+    printed "run the same command again to resume"; now no such line (the answer carries the warning), and Ctrl-C
+    says the server stopped (exit status 130)."""
+    srv = ServerProcess(*LIMITS)
+    try:
+        assert post(srv, "/v1/embeddings", {"input": ["Dit is een zin."], "lang": "xx"}).json()["warnings"]
+        srv.proc.send_signal(signal.SIGINT)
+        status = srv.proc.wait(60)
+        output = srv.output()
+    finally:
+        srv.cleanup()
+    assert status == 130, output
+    assert "UserWarning" not in output and "warnings.warn" not in output, output
+    assert "hf-laser serve: stopped (Ctrl-C)" in output and "resume" not in output, output
+
+
 def test_unknown_language_is_a_warning_in_the_answer(server, encoder):
     text = ["Dit is een zin."]
     resp = post(server, "/v1/embeddings", {"input": text, "lang": "xx"})
@@ -363,7 +392,8 @@ def test_bad_bodies_and_routes(server):
     assert_error(requests.post(f"{url}/vectorize", json={"q": ["a"]}, timeout=TIMEOUT), 400, "'q' must be a string")
     assert_error(requests.post(f"{url}/vectorize", json={"q": "a", "lang": 1}, timeout=TIMEOUT), 400, "'lang'")
     assert_error(requests.post(f"{url}/vectorize", json=["a"], timeout=TIMEOUT), 400, "JSON object")
-    assert_error(requests.post(f"{url}/vectorize", files={"q": b"a"}, timeout=TIMEOUT), 415)
+    assert_error(requests.post(f"{url}/vectorize", data=b"q=a", headers={"Content-Type": "text/plain"},
+                               timeout=TIMEOUT), 415, "multipart/form-data")
     assert_error(requests.get(f"{url}/vectorize", params={"q": "a\n" * 65}, timeout=TIMEOUT), 413, "--max-inputs")
     assert_error(requests.post(f"{url}/vectorize", data={"q": ("b " * 6_000 + "\n") * 20}, timeout=TIMEOUT), 413,
                  "--max-request-tokens")

@@ -340,7 +340,7 @@ class LaserEncoder:
             if not isinstance(s, str):
                 raise LaserInputError(f"sentence {i} is {type(s).__name__}, expected str")
         if pretokenized:
-            _check_lang(lang, None if lang is None or isinstance(lang, str) else len(sentences))
+            lang = _check_lang(lang, None if lang is None or isinstance(lang, str) else len(sentences))
             if self.vocab is None:
                 raise ValueError("this model directory has no vocabulary (vocab.json or tokenizer files)")
             get, unk, eos = self.vocab.get, self.unk_id, self.eos_id
@@ -655,7 +655,7 @@ class LaserEncoder:
             elif not isinstance(lang, str):
                 raise LaserInputError(f"encode_file takes one language for the whole file (a code or 'auto'), "
                                       f"got {type(lang).__name__}")
-            _check_lang(lang)
+            lang = _check_lang(lang)
         info = scan_input(input_path)
         n, dim = info["lines"], self.dim
         dtype = np.dtype(np.float16 if fp16 else np.float32)

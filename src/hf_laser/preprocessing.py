@@ -201,12 +201,15 @@ def normalize_lang(code: str) -> str:
 
 _warned_codes: set[str] = set()
 _warn_lock = threading.Lock()
+_MAX_WARNED_CODES = 4096  # (a server meets codes clients make up: the set is emptied when full, not grown)
 
 
 def _warn_unknown(code: str) -> None:
     with _warn_lock:
         if code in _warned_codes:
             return
+        if len(_warned_codes) >= _MAX_WARNED_CODES:
+            _warned_codes.clear()
         _warned_codes.add(code)
     warnings.warn(
         f"unknown language code {code!r}: using the Moses defaults (English non-breaking "

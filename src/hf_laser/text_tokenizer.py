@@ -102,7 +102,7 @@ def _check_lang(lang, n_texts: int | None = None):
     if isinstance(lang, str):
         if not lang.strip():
             raise LaserInputError(f"lang is an empty string; expected {_LANG_HELP}")
-        return lang
+        return _language(lang, "lang")
     if isinstance(lang, (bytes, bytearray, Mapping)) or not isinstance(lang, Iterable):
         raise LaserInputError(f"lang must be {_LANG_HELP}; got {type(lang).__name__} {lang!r:.60}")
     langs = list(lang)
@@ -113,7 +113,26 @@ def _check_lang(lang, n_texts: int | None = None):
     if n_texts is not None and len(langs) != n_texts:
         raise LaserInputError(f"got {len(langs)} languages for {n_texts} sentences: give one language code per "
                               "sentence, or a single code (or 'auto') for all of them")
-    return langs
+    return [_language(code, f"lang[{i}]") for i, code in enumerate(langs)]
+
+
+def _language(code: str, where: str) -> str:
+    """One language by the command line's rule ([`hf_laser.languages.check_language`]): `auto` or a code as given, a
+    language name as its FLORES-200 code; anything else (`francais`, `fr,en`) is a [`LaserInputError`], never a
+    warning and the Moses defaults."""
+    from .languages import LANG_CODE
+
+    if LANG_CODE.match(code) or is_auto(code):
+        return code
+    if LANG_CODE.match(code.strip()) or is_auto(code.strip()):
+        return code.strip()
+    from .languages import check_language
+
+    try:
+        return check_language(code)
+    except (ValueError, OSError) as err:  # (OSError: remote code without the package's table of names)
+        message = str(err) if isinstance(err, ValueError) else f"{code!r} is not a language code"
+        raise LaserInputError(f"{where}: {message}") from None
 
 
 def _check_lines_arg(lines) -> None:

@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--input", default=None,
                         help="input text file (default: stdin; a pipe such as <(zcat f.gz) is read like stdin)")
     parser.add_argument("-o", "--output", required=True, help="output .npy file, shape [lines, dim]")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="token budget per batch")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                        help=f"token budget per batch, padding included (default {DEFAULT_MAX_TOKENS:,}, as the "
+                             "original's)")
     add_max_sentence_tokens_argument(parser)
     parser.add_argument("--fp16", action="store_true", help="store float16 instead of float32")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")

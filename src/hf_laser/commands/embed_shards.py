@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="encoder device (default: cuda:$LOCAL_RANK when CUDA is available, else cpu)")
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--pretokenized", action="store_true")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                        help=f"token budget per batch, padding included (default {DEFAULT_MAX_TOKENS:,}, as the "
+                             "original's)")
     add_max_sentence_tokens_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
     return parser

@@ -63,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--knn-device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="faiss device (auto: GPU when faiss-gpu sees one)")
     parser.add_argument("--device", default=None, help="encoder device (e.g. cpu, cuda, cuda:1)")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="encoder batch size in tokens")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                        help=f"token budget per batch, padding included (default {DEFAULT_MAX_TOKENS:,}, as the "
+                             "original's)")
     add_max_sentence_tokens_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
     return parser

@@ -4,6 +4,7 @@ orjson: the `serve` extra) and torch are imported only when the command runs."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..errors import UsageError
 
@@ -116,11 +117,15 @@ def run(args: argparse.Namespace) -> int:
         limits = Limits(max_inputs=args.max_inputs, max_request_tokens=args.max_request_tokens,
                         max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s,
                         max_input_chars=args.max_input_chars, max_input_tokens=args.max_input_tokens)
-        serve(encoder, sock=sock, model_id=args.model_name or model_name(model), limits=limits,
-              max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, log_level=args.log_level,
-              access_log=not args.no_access_log, security=security_of(args),
-              shutdown_grace_s=args.shutdown_grace_s, max_connections=args.max_connections,
-              header_timeout_s=args.header_timeout_s, keep_alive_s=args.keep_alive_s)
+        try:
+            serve(encoder, sock=sock, model_id=args.model_name or model_name(model), limits=limits,
+                  max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, log_level=args.log_level,
+                  access_log=not args.no_access_log, security=security_of(args),
+                  shutdown_grace_s=args.shutdown_grace_s, max_connections=args.max_connections,
+                  header_timeout_s=args.header_timeout_s, keep_alive_s=args.keep_alive_s)
+        except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down gracefully, then raised it again
+            print(f"{WHO}: stopped (Ctrl-C)", file=sys.stderr)
+            return 130
     finally:
         sock.close()
     return 0

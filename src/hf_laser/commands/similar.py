@@ -22,9 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     query = parser.add_mutually_exclusive_group(required=True)
     query.add_argument("-i", "--input", help="query sentences, one per line")
     query.add_argument("--text", action="append", help="a query sentence (repeatable)")
-    parser.add_argument("--lang", required=True, help="language code of the queries")
+    parser.add_argument("--lang", required=True,
+                        help="language of the queries: a code (en, fr, fra_Latn ...), a language name (french), or "
+                             "'auto' to detect it per sentence")
     parser.add_argument("--target", required=True, help="sentences to search, one per line")
-    parser.add_argument("--target-lang", required=True, help="language code of the target sentences")
+    parser.add_argument("--target-lang", required=True,
+                        help="language of the target sentences: a code, a language name, or 'auto'")
     parser.add_argument("-k", type=int, default=3, help="neighbours per query (default 3)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda ...")
 

@@ -404,9 +404,12 @@ class EmbeddingService:
                     params.update(parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False))
                 except UnicodeDecodeError:
                     raise ApiError(400, "the form body is not valid UTF-8") from None
+            elif ctype == "multipart/form-data":  # (curl -F, an HTML form with enctype multipart)
+                params.update(parse_multipart(body, request.headers["content-type"]))
             elif body:
-                raise ApiError(415, f"POST /vectorize takes application/x-www-form-urlencoded or application/json, "
-                                    f"got {ctype or 'no Content-Type'}", code="unsupported_media_type")
+                raise ApiError(415, f"POST /vectorize takes a form (application/x-www-form-urlencoded or "
+                                    f"multipart/form-data) or application/json, got {ctype or 'no Content-Type'}",
+                               code="unsupported_media_type")
         q = params.get("q")
         if q is None:
             raise ApiError(400, "missing 'q': the sentences, one per line", param="q")
@@ -499,6 +502,28 @@ def _summed_stats(batchers) -> dict:
 def _json_type(value) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def parse_multipart(body: bytes, content_type: str) -> dict[str, str]:
+    """The text fields of a `multipart/form-data` body (a file field's content as text too: `curl -F q=@file.txt`),
+    parsed by the standard library's MIME parser; 400 when it is not one."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n"
+                                                  + body)
+    if not message.is_multipart() or message.defects:
+        raise ApiError(400, "the multipart/form-data body cannot be parsed (its boundary?)")
+    fields = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not name:
+            continue
+        try:
+            fields[name] = part.get_payload(decode=True).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ApiError(400, f"form field {name!r} is not valid UTF-8", param=name) from None
+    return fields
 
 
 def parse_json(body: bytes):

@@ -150,6 +150,20 @@ def guarded_protocol(max_connections: int, header_timeout_s: float):
     return GuardedH11Protocol
 
 
+def _warnings_as_log_lines() -> None:
+    """Python warnings raised while serving become one log line each (not a source line on stderr); an unknown
+    language code is answered in the response's `warnings` already, so it is not logged once per code a client
+    makes up."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="unknown language code", category=UserWarning)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        logger.warning("%s: %s", category.__name__, " ".join(str(message).split()))
+
+    warnings.showwarning = show
+
+
 def _accept_errors_throttled(loop: asyncio.AbstractEventLoop) -> None:
     """asyncio logs a traceback for every failed `accept()` (Python 3.11 tries `backlog` times per turn: 2,048
     tracebacks a second, 73 MB of log a minute when out of file descriptors); this makes it one line per 10 s."""
@@ -238,6 +252,7 @@ def serve(encoder, *, host: str = "127.0.0.1", port: int = 8080, sock: socket.so
         uvicorn_log = logging.getLogger("uvicorn")
         logger.handlers, logger.propagate = list(uvicorn_log.handlers), False
         logger.setLevel(logging.getLogger("uvicorn.error").getEffectiveLevel())
+        _warnings_as_log_lines()
         server = uvicorn.Server(config)
         url = url_of(sock)
         if announce is None:
