@@ -19,7 +19,7 @@ each class, and a one-sentence request ("Hello world.") is timed while the abuse
 - `open-files`: the server under an open-files limit of 1,024 (soft and hard) and `--connections` silent
   connections (bytes of log, and whether /health answers once they time out).
 
-The figures of README's "Serve under hostile clients" come from `python benchmarks/serve_abuse.py`; the script
+The figures of docs/serve.md, "Under hostile clients", come from `python benchmarks/serve_abuse.py`; the script
 prints the processor and a table.
 
 Usage::

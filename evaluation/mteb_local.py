@@ -15,7 +15,7 @@ The local copies have the layout of MTEB's Hub datasets, so MTEB's own loading, 
 
 Tasks that name these datasets run unchanged online; the local copies only stand in for the download.
 
-Command line (what README "MTEB" shows)::
+Command line (what docs/mteb.md shows)::
 
     python -m evaluation.mteb_local --model DIR --tatoeba-dir ../shared/data/tatoeba/v1 --work-dir /tmp/mteb-local \
         [--langs fra,cmn,jpn] [--out comparison.json]

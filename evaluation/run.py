@@ -6,7 +6,7 @@
         [--bucc-dir ../shared/data/mining] [--xsim-dir ../shared/data/parallel/valid/flores200-devtest]
 
 Writes to RESULTS_DIR:
-- `results.json`: task → language (or pair) → metric, all in percent (schema in README.md and below);
+- `results.json`: task → language (or pair) → metric, all in percent (schema in docs/evaluate.md and below);
 - `results.md`: the same as Markdown tables; `tatoeba.png`, `xnli.png`, `mldoc.png`: per-language plots;
 - `xsim/`: with `--tasks xsim`, the N-way similarity search's matrix, heatmap and per-language table
   (`evaluation/xsim.py`);

@@ -144,3 +144,14 @@ def test_language_arguments():
         student_code("klingon")
     assert cli_main(["download", "wolof"]) == 2
     assert cli_main(["download", "laser3"]) == 2
+
+
+def test_the_command_line_takes_the_names_python_takes(server, tmp_path, capsys):
+    """`LaserEncoder.from_pretrained("laser3-wol_Latn")` fetched and converted the student, but `--model
+    laser3-wol_Latn` on the command line said "model directory not found"."""
+    text = tmp_path / "wo.txt"
+    text.write_text("Naka nga def?\nJërëjëf.\n", encoding="utf-8")
+    assert cli_main(["embed", "--model", "laser3-wol_Latn", "--lang", "wo", "-i", str(text),
+                     "-o", str(tmp_path / "wo.npy")]) == 0, capsys.readouterr().err
+    named = LaserEncoder.from_pretrained("laser3-wol_Latn")
+    np.testing.assert_array_equal(np.load(tmp_path / "wo.npy"), named.encode(["Naka nga def?", "Jërëjëf."], lang="wo"))

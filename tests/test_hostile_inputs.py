@@ -227,8 +227,8 @@ def test_mine_offers_overwrite_not_a_python_argument(tiny_model_dir, fr, tmp_pat
     assert "recomputing" in err and "(--overwrite)" in err
 
 
-def test_readme_pool_snippet_is_guarded():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_docs_pool_snippet_is_guarded():
+    readme = (REPO / "docs" / "sentence-transformers.md").read_text(encoding="utf-8")
     snippet = readme[readme.index("start_multi_process_pool") - 200: readme.index("start_multi_process_pool")]
     assert 'if __name__ == "__main__":' in snippet
 

@@ -72,11 +72,17 @@ class LaserConfig(PretrainedConfig):
             Transformer only: fairseq's `max_source_positions` (the length limit of learned positions).
         scale_embedding (`bool`, *optional*, defaults to `True`):
             Transformer only: token embeddings multiplied by `sqrt(embed_dim)` (fairseq's `no_scale_embedding` off).
-        layernorm_embedding (`bool`, *optional*, defaults to `False`), final_layer_norm (`bool`, *optional*,
-            defaults to `False`):
-            Transformer only: a layer norm after the embeddings; one after the last layer.
-        activation_function (`str`, *optional*, defaults to `"relu"`), attention_dropout / activation_dropout
-            (`float`, *optional*, default to 0.0), layer_norm_eps (`float`, *optional*, defaults to 1e-5):
+        layernorm_embedding (`bool`, *optional*, defaults to `False`):
+            Transformer only: a layer norm after the embeddings.
+        final_layer_norm (`bool`, *optional*, defaults to `False`):
+            Transformer only: a layer norm after the last layer.
+        activation_function (`str`, *optional*, defaults to `"relu"`):
+            Transformer only: `"relu"` or `"gelu"`.
+        attention_dropout (`float`, *optional*, defaults to 0.0):
+            Transformer only.
+        activation_dropout (`float`, *optional*, defaults to 0.0):
+            Transformer only.
+        layer_norm_eps (`float`, *optional*, defaults to 1e-5):
             Transformer only.
         pooling (`str`, *optional*, defaults to `"max"`):
             Transformer only: the sentence embedding is the max over the tokens (`"max"`, LASER3's `maxpool`) or the

@@ -402,8 +402,8 @@ def convert(
         The output directory, loadable with `AutoModel.from_pretrained` and `AutoTokenizer.from_pretrained`.
 
     Raises:
-        ValueError ([`NotALaserCheckpoint`], [`TokenizerMismatch`]) or FileNotFoundError, with the fix in the
-        message.
+        ValueError: [`NotALaserCheckpoint`], [`TokenizerMismatch`] or another problem, with the fix in the message.
+        FileNotFoundError: a file that is not there.
     """
     bpe = bpe_codes is not None or bpe_vocab is not None
     spm = spm_model is not None or spm_vocab is not None

@@ -168,10 +168,9 @@ class LaserEncoder:
             dtype: model dtype (`torch.float32` default, also for a directory whose config names another dtype;
                 `torch.bfloat16`/`torch.float16` trade fidelity for speed).
             quantize: `"int8"` applies dynamic int8 quantisation to the LSTM, or to the linear layers of a LASER3
-                transformer (CPU only; faster, as measured in the
-                README; embeddings no longer within 1e-5 of the original, and each batch's range sets the
-                quantisation, so a vector also depends a little on the sentences batched with it: see README,
-                "Embedding throughput").
+                transformer (CPU only; faster, as measured in docs/speed.md; embeddings no longer within 1e-5 of
+                the original, and each batch's range sets the quantisation, so a vector also depends a little on the
+                sentences batched with it).
             torch_only: load the weights into the plain-PyTorch [`~bilstm.LaserBiLSTM`] (same embeddings, no
                 `save_pretrained`) and the tokenizer into [`~text_tokenizer.LaserTextTokenizer`] (same ids, no
                 `tokenizer(...)` call) when `path` is a plain local LASER directory and no other loading argument is
@@ -180,7 +179,7 @@ class LaserEncoder:
                 (without transformers' "Loading weights" bar for a local directory).
             engine: what computes the embeddings. `"torch"` (default): PyTorch, every device, dtype and option.
                 `"numpy"`: [`~bilstm_numpy.NumpyLaserBiLSTM`], float32 on the CPU without importing torch (1.3-3 s
-                of a process's start-up; also faster per sentence on a small CPU, README "laser-mini end to end"),
+                of a process's start-up; also faster per sentence on a small CPU, docs/speed.md, "laser-mini end to end"),
                 the embeddings of `"torch"` to float round-off (~1e-6); it needs a plain local LASER directory
                 (`model.safetensors` matching its config) and no `device` other than the CPU, `dtype` other than
                 float32, `quantize` or other loading argument: anything else is a ValueError. `"auto"`: `"numpy"`

@@ -1,7 +1,7 @@
 """Language identification for `lang="auto"`, and the check behind the default language.
 
 The detector is [py3langid](https://github.com/adbar/py3langid) (a maintained fork of langid.py, naive Bayes over
-byte n-grams, 4.5 MB model inside its wheel, numpy only): see `benchmarks/langid_accuracy.py` and the README for its
+byte n-grams, 4.5 MB model inside its wheel, numpy only): see `benchmarks/langid_accuracy.py` and docs/languages.md for its
 accuracy on Tatoeba's 112 languages and its speed. It is imported (and its model loaded, ~0.5 s) on first use only.
 
 Detected languages are returned as the tokenizer's language codes ([`hf_laser.preprocessing.normalize_lang`]):

@@ -10,14 +10,13 @@ mean; choosing among them is the caller's (a model set chooses among the student
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .preprocessing import LANG_CODE  # noqa: F401 (re-exported: the pattern of a language code)
+
 TABLE = Path(__file__).resolve().parent / "data" / "laser_languages.tsv"
-# a language code: ISO 639-1/3 with optional script / region parts (fr, fra, en-US, eng_Latn, zh_Hans)
-LANG_CODE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
 
 
 @dataclass(frozen=True)

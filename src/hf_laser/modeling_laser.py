@@ -322,12 +322,12 @@ class LaserModel(BiLSTMEncoderMixin, TransformerEncoderMixin, LaserPreTrainedMod
                 1 for real tokens, 0 for padding. When omitted, positions holding `<pad>` are padding.
 
         Returns:
-            [`~modeling_outputs.BaseModelOutputWithPooling`] with
-            - `last_hidden_state` (`(batch_size, sequence_length, 2 * hidden_size)`): top-layer BiLSTM outputs at the
-              input positions; padded positions hold `config.padding_value`. For a transformer
-              `(batch_size, sequence_length (+ 1 with prepend_bos, <s> first), embed_dim)`, the last layer's outputs.
-            - `pooler_output` (`(batch_size, config.embedding_dim)`): the sentence embeddings (max over time, or the
-              output at `<s>` for a transformer with `pooling="cls"`).
+            [`~modeling_outputs.BaseModelOutputWithPooling`] with `last_hidden_state` of shape
+            `(batch_size, sequence_length, 2 * hidden_size)`, the top-layer BiLSTM outputs at the input positions
+            (padded positions hold `config.padding_value`; for a transformer `(batch_size, sequence_length (+ 1 with
+            prepend_bos, <s> first), embed_dim)`, the last layer's outputs), and `pooler_output` of shape
+            `(batch_size, config.embedding_dim)`, the sentence embeddings (max over time, or the output at `<s>`
+            for a transformer with `pooling="cls"`).
         """
         if self.config.encoder_type == "transformer":
             out, pooled = self.encode_transformer_tokens(input_ids, attention_mask)

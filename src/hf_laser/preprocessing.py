@@ -174,6 +174,8 @@ _KNOWN_ISO3 = frozenset(
 _KNOWN_CODES = _ISO639_1 | _KNOWN_ISO3 | frozenset(_LANG_ALIASES) | {"cz"}
 
 _LANG_SPLIT = re.compile(r"[-_]")
+# a language code: ISO 639-1/3 with optional script / region parts (fr, fra, en-US, eng_Latn, zh_Hans)
+LANG_CODE = re.compile(r"^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$")
 
 
 def normalize_lang(code: str) -> str:

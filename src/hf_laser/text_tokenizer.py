@@ -120,19 +120,21 @@ def _language(code: str, where: str) -> str:
     """One language by the command line's rule ([`hf_laser.languages.check_language`]): `auto` or a code as given, a
     language name as its FLORES-200 code; anything else (`francais`, `fr,en`) is a [`LaserInputError`], never a
     warning and the Moses defaults."""
-    from .languages import LANG_CODE
+    from .preprocessing import LANG_CODE
 
     if LANG_CODE.match(code) or is_auto(code):
         return code
     if LANG_CODE.match(code.strip()) or is_auto(code.strip()):
         return code.strip()
-    from .languages import check_language
-
+    try:  # (absolute: remote code, a copy of this file beside a model, finds the names where hf_laser is installed)
+        from hf_laser.languages import check_language
+    except ImportError:
+        raise LaserInputError(f"{where}: {code!r} is not a language code (en, fr, zh, ...; language names need "
+                              "hf_laser installed)") from None
     try:
         return check_language(code)
-    except (ValueError, OSError) as err:  # (OSError: remote code without the package's table of names)
-        message = str(err) if isinstance(err, ValueError) else f"{code!r} is not a language code"
-        raise LaserInputError(f"{where}: {message}") from None
+    except ValueError as err:
+        raise LaserInputError(f"{where}: {err}") from None
 
 
 def _check_lines_arg(lines) -> None:

@@ -48,7 +48,7 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
 
 def slow_cpu_dtype_message(dtype, device) -> str | None:
     """Why a bfloat16/float16 model will be slow, where the CPU has no native arithmetic for it (e.g. AVX2 only):
-    PyTorch then emulates it, slower than float32 (README, "laser-mini end to end"). None where nothing is to be
+    PyTorch then emulates it, slower than float32 (docs/speed.md, "laser-mini end to end"). None where nothing is to be
     said."""
     import torch
 

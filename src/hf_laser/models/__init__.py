@@ -64,6 +64,10 @@ def check_local_dir(model: str | os.PathLike) -> None:
     """[`UsageError`] when `model` means a local directory that is missing, or is a file; a Hub id passes."""
     path = Path(str(model)).expanduser()
     if not path.exists():
+        from ..download import NAMED
+
+        if NAMED.match(str(model)):  # "laser2", "laser3-wol_Latn": fetched and converted once by from_pretrained
+            return
         if looks_local(model):
             raise UsageError(missing_model_message(model))
     elif not path.is_dir():

@@ -1,0 +1,48 @@
+"""The README and the documentation site (#47): a short README whose set-up commands come first and match CI's,
+links that resolve, every page in the site's navigation, and `mkdocs build --strict` passing (docstrings included)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_is_short_and_starts_with_the_two_set_up_commands():
+    assert len(README.splitlines()) <= 200
+    blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
+    main_job, tests = blocks[0].strip(), blocks[1].strip()
+    assert main_job.endswith("hf-laser embed --lang fr -i examples/fr.txt -o embeddings.npy")
+    assert tests.startswith("python3.11 -m venv .venv") and tests.endswith("python -m pytest -n 2 -q")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert ci.rstrip().splitlines()[-1] == tests.split(" && ", 2)[2], "CI must run the README's test command"
+
+
+def test_readme_links_resolve():
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README):
+        if not target.startswith(("http://", "https://")):
+            assert (REPO / target).exists(), target
+
+
+def test_every_docs_page_is_in_the_site_navigation():
+    config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = {p.name for p in (REPO / "docs").glob("*.md")}
+    listed = set(re.findall(r":\s*([\w.-]+\.md)\s*$", config, re.M))
+    assert pages == listed, (pages - listed, listed - pages)
+
+
+def test_the_documentation_site_builds_strictly(tmp_path):
+    if shutil.which("mkdocs") is None and not (Path(sys.executable).parent / "mkdocs").exists():
+        pytest.skip("needs the 'docs' extra (mkdocs-material, mkdocstrings): pip install -e '.[docs]'")
+    mkdocs = shutil.which("mkdocs") or str(Path(sys.executable).parent / "mkdocs")
+    run = subprocess.run([mkdocs, "build", "--strict", "-d", str(tmp_path / "site")], cwd=REPO, capture_output=True,
+                         text=True, timeout=600, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8").count("encode_file") > 0
