@@ -46,3 +46,13 @@ def test_the_documentation_site_builds_strictly(tmp_path):
                          text=True, timeout=600, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8").count("encode_file") > 0
+
+
+def test_the_readme_figures_of_the_shipped_model_are_the_model_card_s():
+    """The README quotes laser-mini's Tatoeba errors; they must be the card's (written with the evaluation)."""
+    card = (REPO / "model_card.md").read_text(encoding="utf-8")
+    major = re.search(r"Tatoeba (\d+\.\d) %\s+over deu, fra", card).group(1)
+    every = re.search(r"(\d+\.\d) % over all 112 Tatoeba v1 languages \(both directions\)", card).group(1)
+    original = re.search(r"about (\d+) % on these languages for the original", card).group(1)
+    assert f"Tatoeba error {major} % on 12 major languages, {every} %\nover all 112, both directions" in README
+    assert f"the original LASER: about {original} % on those 12" in README
