@@ -30,9 +30,9 @@ def _limit_open_files(n: int) -> None:
 
 class ServerProcess:
     """`python -m hf_laser.cli serve --host 127.0.0.1 --port 0 ARGS...`; `url` once it listens. `open_files_limit`:
-    the server's limit of open files (soft and hard)."""
+    the server's limit of open files (soft and hard); `cwd`: its working directory."""
 
-    def __init__(self, *args: str, threads: int = 1, open_files_limit: int | None = None):
+    def __init__(self, *args: str, threads: int = 1, open_files_limit: int | None = None, cwd=None):
         self.log = Path(tempfile.mkstemp(prefix="hf-laser-serve-", suffix=".log")[1])
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE",
                "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -40,7 +40,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hf_laser.cli", "serve", "--host", "127.0.0.1", "--port", "0",
              "--threads", str(threads), "--no-access-log", *args],
-            stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
+            stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT, env=env, cwd=cwd,
             preexec_fn=None if open_files_limit is None else lambda: _limit_open_files(open_files_limit))
         self.url = self._wait_url()
 
