@@ -16,6 +16,7 @@ Usage::
     python benchmarks/langid_accuracy.py                        # hf_laser.langid (py3langid), per-language table
     python benchmarks/langid_accuracy.py --tok                  # + the .tok agreement (slower: runs the preprocessing)
     python benchmarks/langid_accuracy.py --detector lingua      # compare (pip install lingua-language-detector)
+    python benchmarks/langid_accuracy.py --max-words 3 [--no-prior]   # short sentences, with / without the prior
 
 Speed is sentences per second of the detector alone, single process, over all the sentences.
 """
@@ -43,10 +44,16 @@ def read_lines(path: Path) -> list[str]:
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
-def hf_laser_detector():
+def hf_laser_detector(prior: bool = True):
     from hf_laser import langid
 
-    return langid.detect, langid.supported_codes(), f"hf_laser.langid ({langid.detector_version()})"
+    if prior:
+        return langid.detect, langid.supported_codes(), f"hf_laser.langid ({langid.detector_version()})"
+
+    def detect(texts):
+        return [r[0] if (r := langid.classify(t, alpha=0)) else "en" for t in texts]
+
+    return detect, langid.supported_codes(), "hf_laser.langid without its language prior"
 
 
 def lingua_detector():
@@ -81,6 +88,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tok", action="store_true", help="also measure the .tok agreement (runs the preprocessing)")
     parser.add_argument("--limit", type=int, default=None, help="sentences per language (default: all)")
     parser.add_argument("--worst", type=int, default=15, help="worst languages listed at the end")
+    parser.add_argument("--max-words", type=int, default=None,
+                        help="only sentences of at most this many words (short sentences: where the prior matters)")
+    parser.add_argument("--no-prior", action="store_true", help="the detector without hf_laser's language prior")
     parser.add_argument("--default-check", action="store_true",
                         help="instead: how often the lang=None check warns on English (false alarms) and stays "
                              "silent on other languages, per call of 1, 10 and 100 sentences")
@@ -88,7 +98,8 @@ def main(argv=None) -> int:
     if args.default_check:
         return default_check(args)
 
-    detect, supported, name = hf_laser_detector() if args.detector == "hf_laser" else lingua_detector()
+    detect, supported, name = hf_laser_detector(not args.no_prior) if args.detector == "hf_laser" \
+        else lingua_detector()
     files = sorted(args.tatoeba_dir.glob("tatoeba.*-eng.*"))
     langs = sorted({p.name.split(".")[1][:-4] for p in files} - {"eng"})
     if not langs:
@@ -100,7 +111,12 @@ def main(argv=None) -> int:
     rows, total, seconds = [], Counter(), 0.0
     for iso3 in langs:
         gold = TATOEBA_LANGS.get(iso3, iso3)
-        lines = read_lines(args.tatoeba_dir / f"tatoeba.{iso3}-eng.{iso3}")[: args.limit]
+        lines = read_lines(args.tatoeba_dir / f"tatoeba.{iso3}-eng.{iso3}")
+        if args.max_words is not None:
+            lines = [line for line in lines if len(line.split()) <= args.max_words]
+        lines = lines[: args.limit]
+        if not lines:
+            continue
         t0 = time.perf_counter()
         got = detect(lines)
         seconds += time.perf_counter() - t0

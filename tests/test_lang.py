@@ -257,3 +257,17 @@ def test_bad_sentence_arguments(tok, encoder):
     with pytest.raises(ValueError, match="single str"):
         tok.encode_lines(FR, "fr")
     assert encoder.encode(iter([FR, EN]), lang="fr").shape == (2, 96)  # any other iterable is fine
+
+
+def test_short_sentences_are_labelled_with_the_language_prior():
+    """#47: "Es regnet." was labelled `wa` (Walloon) by `lang="auto"`: two words give the detector little evidence.
+    The detector's probabilities are now weighted by how often languages are written (training/langid_prior.py);
+    the prior is part of the detector's identity, so outputs labelled without it are not reused as its."""
+    assert langid.detect(["Es regnet.", "Il pleut.", "Ich bin müde."]) == ["de", "fr", "de"]
+    assert langid.classify("Es regnet.", alpha=0)[0] == "wa"  # (the detector alone)
+    prior, alpha = langid.read_prior()
+    assert 0 < alpha < 1 and abs(sum(prior.values()) - 1) < 1e-9 and prior["en"] > prior.get("wa", min(prior.values()))
+    import hashlib
+
+    digest = hashlib.sha256(langid.PRIOR_FILE.read_bytes()).hexdigest()[:12]
+    assert langid.detector_version().endswith(f" + prior {digest}")

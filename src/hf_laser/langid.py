@@ -17,6 +17,7 @@ import threading
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 __all__ = ["detect", "classify", "majority", "check_default_lang", "detector_version", "is_auto", "AUTO",
            "warn_at_caller", "supported_codes"]
@@ -53,13 +54,57 @@ def is_auto(lang) -> bool:
 
 
 def detector_version() -> str:
-    """`"py3langid 0.4.0"`: the detector behind `lang="auto"` (part of an embedding file's identity)."""
+    """`"py3langid 0.4.0 + prior 1a2b3c4d5e6f"`: the detector behind `lang="auto"` and the language prior it is
+    weighted by (part of an embedding file's identity: other labels, other embeddings)."""
     try:
         from importlib.metadata import version
 
-        return f"{DETECTOR} {version(DETECTOR)}"
+        name = f"{DETECTOR} {version(DETECTOR)}"
     except Exception:  # noqa: BLE001 - not installed: say what is expected
-        return f"{DETECTOR} {DETECTOR_VERSION}"
+        name = f"{DETECTOR} {DETECTOR_VERSION}"
+    if PRIOR_FILE.is_file():
+        import hashlib
+
+        name += f" + prior {hashlib.sha256(PRIOR_FILE.read_bytes()).hexdigest()[:12]}"
+    return name
+
+
+# How often each language is written in everyday short sentences (training/langid_prior.py: distinct sentences of
+# the Tatoeba pairs outside the v1 test set) and the exponent it is applied with: a short sentence gives the detector
+# little evidence, and without a prior "Es regnet." was Walloon. Long sentences are unaffected in practice.
+PRIOR_FILE = Path(__file__).resolve().parent / "data" / "langid_prior.tsv"
+_prior_vector = None
+
+
+def read_prior(path: Path = PRIOR_FILE) -> tuple[dict[str, float], float]:
+    """`({code: probability}, alpha)` from a prior file (see `training/langid_prior.py`)."""
+    counts, alpha = {}, 0.0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# alpha\t"):
+            alpha = float(line.split("\t")[1])
+        elif line and not line.startswith("#"):
+            code, count = line.split("\t")
+            counts[code] = int(count)
+    total = sum(counts.values()) + len(counts)
+    return {code: (n + 1) / total for code, n in counts.items()}, alpha
+
+
+def _weights(prior: dict[str, float], alpha: float):
+    """The prior as a vector over the detector's classes, raised to `alpha` (codes it lacks: its smallest value)."""
+    import numpy as np
+
+    floor = min(prior.values())
+    return np.array([prior.get(code, floor) for code in _codes], dtype=np.float64) ** alpha
+
+
+def label_code(label: str) -> str:
+    """The tokenizer code of a detector label or language code (`no` → `nb`, `cmn` → `zh`)."""
+    from .preprocessing import normalize_lang
+
+    try:
+        return _LABEL_TO_CODE.get(label, normalize_lang(label))
+    except ValueError:
+        return label
 
 
 def _load():
@@ -90,14 +135,29 @@ def _has_letters(text: str) -> bool:
     return any(c.isalpha() for c in text)
 
 
-def classify(text: str) -> tuple[str, float] | None:
-    """`(tokenizer code, probability)` of the most likely language of `text`; None for text without letters."""
+def classify(text: str, *, prior: dict[str, float] | None = None,
+             alpha: float | None = None) -> tuple[str, float] | None:
+    """`(tokenizer code, probability)` of the most likely language of `text`, the detector's probabilities weighted
+    by the language prior (the shipped one unless `prior` / `alpha` are given; `alpha=0`: none); None for text
+    without letters."""
+    global _prior_vector
     if not isinstance(text, str):
         raise TypeError(f"text is {type(text).__name__}, expected str")
     if not _has_letters(text):
         return None
     ident = _identifier or _load()
     scores = ident._decide(text)
+    if alpha == 0:
+        weights = False
+    elif prior is not None:
+        weights = _weights(prior, 1.0 if alpha is None else alpha)
+    else:
+        if _prior_vector is None:
+            _prior_vector = _weights(*read_prior()) if PRIOR_FILE.is_file() else False
+        weights = _prior_vector
+    if weights is not False:
+        scores = scores * weights
+        scores = scores / scores.sum()
     i = int(scores.argmax())
     return _codes[i], float(scores[i])
 
