@@ -604,19 +604,44 @@ def test_server_errors_say_only_internal_error_and_log_a_request_id(caplog):
         sock.close()
 
 
+def _close_and_stop(srv: ServerProcess, socks: list[socket.socket]) -> tuple[int, str]:
+    """Closes the clients' sockets and stops the server: `(exit status, its log)`."""
+    for sock in socks:
+        sock.close()
+    status = srv.stop()
+    output = srv.output()
+    srv.cleanup()
+    return status, output
+
+
+def _connect(srv: ServerProcess) -> socket.socket:
+    host, port = srv.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=TIMEOUT)
+
+
+def _half_body(srv: ServerProcess) -> socket.socket:
+    """A connection that has sent a request's head and the start of its 1,000-byte body, then nothing."""
+    sock = _connect(srv)
+    sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\n\r\n{\"input\": [\"a")
+    time.sleep(0.5)
+    return sock
+
+
+def _stop_timed(srv: ServerProcess) -> tuple[int, float]:
+    """SIGTERM: `(exit status, seconds to exit)`."""
+    started = time.monotonic()
+    status = srv.stop(timeout=60)
+    return status, time.monotonic() - started
+
+
 def test_sigterm_with_hostile_clients_ends_within_the_grace():
     """#52 D5: one client sent half a body, another holds an idle connection: SIGTERM waited forever (> 90 s at
     "Waiting for connections to close"); now the connections are closed after --shutdown-grace-s."""
     srv = ServerProcess("--shutdown-grace-s", "2", *LIMITS)
-    host, port = srv.url.removeprefix("http://").split(":")
-    idle, half = socket.create_connection((host, int(port))), socket.create_connection((host, int(port)))
+    idle, half = _connect(srv), _half_body(srv)
     try:
-        half.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000\r\n\r\n{\"input\": [\"a")
-        time.sleep(0.5)
-        started = time.monotonic()
-        status = srv.stop(timeout=60)
-        took = time.monotonic() - started
+        status, took = _stop_timed(srv)
         assert graceful(status), srv.output()
         assert took < 20, f"SIGTERM took {took:.1f} s with a half body and an idle connection"
     finally:
@@ -749,11 +774,7 @@ def test_silent_connections_cannot_keep_clients_out():
         assert refused.startswith(b"HTTP/1.1 503") and b"all with requests" in refused, refused
         assert _answers(busy, 0.5) == [None] * 40
     finally:
-        for sock in socks:
-            sock.close()
-        status = srv.stop()
-        output = srv.output()
-        srv.cleanup()
+        status, output = _close_and_stop(srv, socks)
     assert graceful(status) and "Traceback" not in output, output
     assert output.count("closed an idle connection") == 1, output  # one line for many (LOG_EVERY_S)
 
@@ -762,15 +783,9 @@ def test_sigterm_answers_a_request_still_sending_its_body_at_once():
     """#52 D5: a client trickling a body held the exit until --body-timeout-s (30 s by default); now a request
     whose body has not arrived is answered 503 at SIGTERM, and the server exits at once."""
     srv = ServerProcess(*LIMITS)
-    host, port = srv.url.removeprefix("http://").split(":")
-    half = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+    half = _half_body(srv)
     try:
-        half.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000\r\n\r\n{\"input\": [\"a")
-        time.sleep(0.5)
-        started = time.monotonic()
-        status = srv.stop(timeout=60)
-        took = time.monotonic() - started
+        status, took = _stop_timed(srv)
         answer = _read_response(half)
         assert graceful(status), srv.output()
         assert took < 10, f"SIGTERM took {took:.1f} s with a body still coming"
@@ -797,10 +812,6 @@ def test_out_of_file_descriptors_is_one_line_not_a_log_flood():
         time.sleep(4)  # the header timeout: the connections it holds are closed
         assert requests.get(f"{srv.url}/health", timeout=TIMEOUT).status_code == 200
     finally:
-        for sock in socks:
-            sock.close()
-        status = srv.stop()
-        output = srv.output()
-        srv.cleanup()
+        status, output = _close_and_stop(srv, socks)
     assert graceful(status), output
     assert len(output) < 20_000 and "Traceback" not in output, output[-3000:]
