@@ -153,3 +153,33 @@ def test_demo_page_shows_errors_and_warnings(browser, server):
     _wait_for(browser, "#heatmap")
     assert "unknown language code 'xx'" in browser.find_element(By.ID, "status").text
     assert browser.find_element(By.ID, "error").text == ""
+
+
+def test_demo_page_clears_results_on_errors_and_checks_its_inputs(browser, server):
+    """#47: after an input error the previous results and heat map stayed on screen, and `abc` was taken as the
+    neighbour count; the page did not ask for a CJK font."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def error_shown(d):
+        return d.find_element(By.ID, "error").text
+
+    _compare(browser, server.url, "Il pleut.\nEs regnet.\nIt is raining.")
+    _wait_for(browser, "#heatmap")
+    for text, lang, k, expected in (("Il pleut.\nEs regnet.", "auto", "abc", "Neighbours must be a whole number"),
+                                    ("Il pleut.\nEs regnet.", "auto", "0", "Neighbours must be a whole number"),
+                                    ("Il pleut.\nEs regnet.", "francais", "2", "is not a language code"),
+                                    ("Only one.", "auto", "2", "at least two sentences")):
+        _compare(browser, server.url, "Il pleut.\nEs regnet.\nIt is raining.")
+        _wait_for(browser, "#heatmap")
+        box, lang_box, k_box = (browser.find_element(By.ID, i) for i in ("sentences", "lang", "k"))
+        for element, value in ((box, text), (lang_box, lang), (k_box, k)):
+            element.clear()
+            element.send_keys(value)
+        browser.find_element(By.ID, "compare").click()
+        WebDriverWait(browser, WAIT_S).until(error_shown)
+        assert expected in error_shown(browser), (k, lang, error_shown(browser))
+        assert browser.find_elements(By.CSS_SELECTOR, "#heatmap, #neighbours") == []
+        assert browser.find_element(By.ID, "status").text == ""
+    font = browser.execute_script("return getComputedStyle(document.body).fontFamily")
+    assert "Noto Sans CJK" in font and "Hiragino Sans" in font, font
