@@ -63,7 +63,7 @@ def test_every_reference_embedding_reproduced(tiny_dictionary_dir):
 
 
 @pytest.mark.parametrize("content, match", [
-    ("not a checkpoint", "could not be read"),
+    ("not a checkpoint", "is not a PyTorch checkpoint \\(a text file"),
     (torch.zeros(3), "is not a LASER BiLSTM checkpoint"),
     ({"model": {}, "params": {}}, "is not a LASER BiLSTM checkpoint"),
     ({"model": {}, "params": {"num_embeddings": 4}, "dictionary": {}}, "lacks"),
