@@ -1,0 +1,59 @@
+"""#48 item 1: what the processor can do (`hf_laser.cpu`) on simulated capability sets, and `hf-laser env`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hf_laser.cpu import CpuInfo, cpu_info, from_flags
+
+NONE = {"avx2": False, "avx512": False, "avx512_bf16": False, "vnni": False, "amx": False, "amx_fp16": False}
+
+
+def x86(**on) -> CpuInfo:
+    return from_flags("test CPU", "x86_64", "AVX512" if on.get("avx512") else "AVX2", {**NONE, **on}, set())
+
+
+def test_avx2_only_has_no_native_bf16():
+    """The AMD EPYC of this project: bf16 emulated (measured 6x slower than fp32), int8 on fbgemm."""
+    info = x86(avx2=True)
+    assert info.native("fp32") and not info.native("bf16") and info.native("int8")
+    assert "emulated" in info.notes()["bf16"] and "AVX2" in info.notes()["fp32"]
+
+
+def test_sapphire_rapids_has_native_bf16_and_fast_int8():
+    info = x86(avx2=True, avx512=True, avx512_bf16=True, vnni=True, amx=True)
+    assert info.native("bf16") and info.native("int8")
+    assert info.notes()["bf16"].startswith("native (amx, avx512_bf16")
+    assert info.notes()["int8"].startswith("fast (vnni, amx")
+
+
+def test_avx_vnni_from_the_os_flags():
+    """Alder Lake style AVX-VNNI (no AVX-512): torch's VNNI check is AVX-512's; the OS flag completes it."""
+    info = from_flags("test CPU", "x86_64", "AVX2", {**NONE, "avx2": True}, {"avx2", "avx_vnni"})
+    assert "vnni" in info.flags and not info.native("bf16")
+
+
+@pytest.mark.parametrize("features, bf16", [({"asimd", "sve", "bf16"}, True), ({"asimd"}, False)])
+def test_arm(features, bf16):
+    """Graviton3 (SVE, BF16) and Graviton2 (NEON only)."""
+    info = from_flags("", "aarch64", "SVE256" if "sve" in features else "DEFAULT", NONE, features)
+    assert "neon" in info.flags and info.native("int8") and info.native("bf16") is bf16
+    assert ("sve" in info.flags) is ("sve" in features)
+
+
+def test_unknown_mode_is_an_error():
+    with pytest.raises(ValueError, match="mode must be one of fp32, bf16, int8"):
+        x86(avx2=True).native("fp8")
+
+
+def test_this_machine_and_hf_laser_env():
+    info = cpu_info()
+    assert info.native("fp32") and info.line().startswith(info.model)
+    run = subprocess.run([sys.executable, "-m", "hf_laser.cli", "env"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("hf-laser ") and lines[1] == f"processor: {info.line()}"
+    assert [line.split()[0] for line in lines[2:5]] == ["fp32", "bf16", "int8"]
