@@ -242,6 +242,7 @@ def run_variant(variant: str, model_dir: Path, langs: list[str], n_lines: int, o
     return result
 
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--langs", default="fra,deu,rus,cmn")
@@ -256,6 +257,9 @@ def main() -> None:
     parser.add_argument("--_variant", help=argparse.SUPPRESS)
     parser.add_argument("--_out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+
+    print(f"# processor: {cpu_info().line()}", flush=True)
     if not SHARED.exists():
         sys.exit(f"needs {SHARED} (Tatoeba text and the reference BPE files)")
     on_gpu = torch.device(args.device).type != "cpu"

@@ -89,6 +89,7 @@ def converted(full_dir: Path, variant: str) -> Path:
     return out
 
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full-dir", type=Path, required=True, help="make_fixtures.py --full-dir output")
@@ -97,6 +98,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()
+    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+
+    print(f"# processor: {cpu_info().line()}", flush=True)
     import torch
 
     from hf_laser import LaserEncoder

@@ -105,6 +105,7 @@ def lstm_rows(B: int, T: int, repeat: int, device: str, dtype: torch.dtype) -> l
                 (f"its {name} matrix products alone (bound)", B * T, seconds(matmuls_only, repeat))]
 
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=800, help="sentences per batch (12k-token budget / ~15 tokens)")
@@ -113,6 +114,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = parser.parse_args()
+    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+
+    print(f"# processor: {cpu_info().line()}", flush=True)
     if args.threads:
         torch.set_num_threads(args.threads)
     on_gpu = torch.device(args.device).type == "cuda"

@@ -194,12 +194,16 @@ def answered(socks: list[socket.socket], wait_s: float) -> tuple[int, float]:
     return len(socks) - len(pending), last
 
 
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model directory (default: the shipped one)")
     ap.add_argument("--connections", type=int, default=3000, help="silent connections (default 3,000)")
     ap.add_argument("--only", default=None, help="comma-separated classes to run (default: all)")
     args = ap.parse_args()
+    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+
+    print(f"# processor: {cpu_info().line()}", flush=True)
     classes = ["huge-word", "long-words", "made-up-langs", "made-up-langs-again", "large-request",
                "silent-connections", "trickled-body", "shutdown", "open-files"]
     chosen = classes if args.only is None else args.only.split(",")

@@ -135,6 +135,7 @@ def run_clients(address: str, requests: list[tuple[list[str], list[str]]], clien
     return time.perf_counter() - t0, np.array(latencies), answers
 
 
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--langs", default="fra,deu,spa,rus,ita,por,nld,eng")
@@ -148,6 +149,9 @@ def main() -> None:
     ap.add_argument("--server-args", default="", help="extra arguments of the server, e.g. '--max-wait-ms 5'")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
+    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+
+    print(f"# processor: {cpu_info().line()}", flush=True)
 
     import torch
 

@@ -46,6 +46,7 @@ def tiny_reference_model() -> Path:
     return out
 
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append",
@@ -57,6 +58,9 @@ def main() -> None:
     parser.add_argument("--alone-every", type=int, default=50,
                         help="embed every N-th sentence alone too, to measure the batch's influence (0: skip)")
     args = parser.parse_args()
+    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+
+    print(f"# processor: {cpu_info().line()}", flush=True)
     if unknown := [m for m in args.modes.split(",") if m not in ("int8", "bf16", "numpy")]:
         parser.error(f"unknown mode(s) {', '.join(unknown)}: choose from int8, bf16, numpy")
     if args.no_reference and not args.model:

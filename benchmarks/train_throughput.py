@@ -28,6 +28,7 @@ from hf_laser.configuration_laser import LaserConfig  # noqa: E402
 from hf_laser.modeling_laser import LaserForPreTraining  # noqa: E402
 
 
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -43,6 +44,9 @@ def main(argv=None) -> int:
     p.add_argument("--num-layers", type=int, default=5)
     p.add_argument("--decoder-hidden-size", type=int, default=2048)
     args = p.parse_args(argv)
+    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+
+    print(f"# processor: {cpu_info().line()}", flush=True)
 
     torch.manual_seed(0)
     device = torch.device(args.device)
