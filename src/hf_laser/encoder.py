@@ -808,8 +808,9 @@ class _ChunkCheckpoint:
         if batches >= len(plan) or time.monotonic() - self.last < PROGRESS_SAVE_S:
             return  # (the chunk's last batch: the whole chunk is written next)
         new = np.concatenate(plan[self.batches:batches])
-        if self.writer.save_chunk_part(batches, unique_out[new]):
-            self.batches = batches
+        self.writer.save_chunk_part(batches, unique_out[new])
+        # where the saved part ends now, as the writer recorded it (a part that did not fit was not saved)
+        self.batches = self.writer.chunk_state["batches"] if self.writer.chunk_state else 0
         self.last = time.monotonic()
 
 
