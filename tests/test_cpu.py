@@ -57,3 +57,25 @@ def test_this_machine_and_hf_laser_env():
     lines = run.stdout.splitlines()
     assert lines[0].startswith("hf-laser ") and lines[1] == f"processor: {info.line()}"
     assert [line.split()[0] for line in lines[2:5]] == ["fp32", "bf16", "int8"]
+
+
+def test_the_python_api_warns_for_an_emulated_dtype_too(monkeypatch):
+    """#48 item 2 (part): `--dtype bfloat16` on a CPU without bf16 said so on the command line, but
+    `LaserEncoder.from_pretrained(dtype=torch.bfloat16)` was silently 6x slower; now one warning at the caller's
+    line saying what to use instead (the mode is kept: it is the user's choice)."""
+    import warnings
+
+    import torch
+
+    from hf_laser import DEFAULT_MODEL, LaserEncoder
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    with pytest.warns(UserWarning, match="no native bfloat16 arithmetic .* emulated, several times slower") as got:
+        encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, dtype=torch.bfloat16)
+    ours = [w for w in got if "no native bfloat16" in str(w.message)]
+    assert len(ours) == 1 and ours[0].filename == __file__ and "quantize='int8'" in str(ours[0].message)
+    assert next(encoder.model.parameters()).dtype == torch.bfloat16
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LaserEncoder.from_pretrained(DEFAULT_MODEL, dtype=torch.bfloat16)

@@ -124,3 +124,25 @@ def cpu_info() -> CpuInfo:
         capability = "unknown"
     model, cpu_flags = _proc_cpuinfo()
     return from_flags(model, platform.machine(), capability, torch_flags, cpu_flags)
+
+
+def emulated_dtype_message(dtype, device, *, flag: str, int8: str = "quantize='int8'") -> str | None:
+    """Why a bfloat16 / float16 model will be slow on this device, where the CPU has no native arithmetic for it
+    (oneDNN's own probes, as PyTorch's kernels decide): PyTorch then emulates it, slower than float32 (6x measured
+    on an AVX2-only AMD EPYC, docs/speed.md). `flag` and `int8` name the settings in the message (`--dtype
+    bfloat16` / `--int8` on a command line). None where nothing is to be said."""
+    import torch
+
+    if dtype not in (torch.bfloat16, torch.float16) or torch.device(device or "cpu").type != "cpu":
+        return None
+    name = "bf16" if dtype == torch.bfloat16 else "fp16"
+    try:  # (private oneDNN probes; a torch without them says nothing)
+        if getattr(torch.ops.mkldnn, f"_is_mkldnn_{name}_supported")():
+            return None
+    except (AttributeError, RuntimeError):
+        return None
+    dtype_name = str(dtype).removeprefix("torch.")
+    return (f"this CPU has no native {dtype_name} arithmetic (PyTorch's CPU capability: "
+            f"{torch.backends.cpu.get_cpu_capability()}), so {flag} is emulated, several times slower than float32 "
+            f"(6x on an AVX2-only CPU): use float32 (the default) or {int8} here; `hf-laser env` says what this CPU "
+            "makes fast")

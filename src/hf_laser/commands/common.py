@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS
@@ -34,7 +35,9 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     try:
         # torch_only: a plain local directory never imports transformers, half of a command's start-up (and any other
         # local directory loads without a "Loading weights" bar; download bars stay for Hub ids)
-        encoder = LaserEncoder.from_pretrained(model, torch_only=True, **kwargs)
+        with warnings.catch_warnings():  # (a slow dtype is said below, in the command's words)
+            warnings.filterwarnings("ignore", message="this CPU has no native")
+            encoder = LaserEncoder.from_pretrained(model, torch_only=True, **kwargs)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot load the model {model}: {one_line(err)}") from err
     slow = kwargs.get("dtype") is not None and slow_cpu_dtype_message(kwargs["dtype"], kwargs.get("device") or "cpu")
@@ -47,25 +50,12 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
 
 
 def slow_cpu_dtype_message(dtype, device) -> str | None:
-    """Why a bfloat16/float16 model will be slow, where the CPU has no native arithmetic for it (e.g. AVX2 only):
-    PyTorch then emulates it, slower than float32 (docs/speed.md, "laser-mini end to end"). None where nothing is to be
-    said."""
-    import torch
+    """Why `--dtype bfloat16` / `float16` will be slow on this CPU ([`hf_laser.cpu.emulated_dtype_message`]), or
+    None."""
+    from ..cpu import emulated_dtype_message
 
-    if dtype not in (torch.bfloat16, torch.float16) or torch.device(device).type != "cpu":
-        return None
-    name = "bf16" if dtype == torch.bfloat16 else "fp16"
-    try:  # (private oneDNN probes; a torch without them says nothing)
-        if getattr(torch.ops.mkldnn, f"_is_mkldnn_{name}_supported")():
-            return None
-    except (AttributeError, RuntimeError):
-        return None
     dtype_name = str(dtype).removeprefix("torch.")
-    return (f"this CPU has no native {dtype_name} arithmetic (torch's CPU capability: "
-            f"{torch.backends.cpu.get_cpu_capability()}), so --dtype {dtype_name} is slower than float32 here; "
-            "--int8 is the faster CPU mode")
-
-
+    return emulated_dtype_message(dtype, device, flag=f"--dtype {dtype_name}", int8="--int8")
 
 
 def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | None:
