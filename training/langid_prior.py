@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         if len(held) >= 20:
             every[code] = held[:PER_LANGUAGE]
     total = sum(counts.values())
-    prior = {code: (n + 1) / (total + len(supported)) for code, n in counts.items()}
+    prior = langid.prior_from_counts(counts)  # (as the shipped file is read)
     print(f"{len(counts)} languages the detector knows, {total:,} distinct sentences counted; held out: "
           f"{sum(map(len, short.values())):,} of <= 3 words ({len(short)} languages), "
           f"{sum(map(len, every.values())):,} of any length")

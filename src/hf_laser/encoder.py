@@ -600,7 +600,8 @@ class LaserEncoder:
         is renamed to `OUTPUT` once complete, so `OUTPUT` is never a half-written file. Progress is saved after every
         chunk with its sha256, and inside a chunk every `PROGRESS_SAVE_S` (5) seconds of work (the batches done, in
         `OUTPUT.partial`'s rows not written yet, so the space reserved for the output is all a run needs); a resume
-        checks the checksums of what it keeps and starts over when rows changed. `OUTPUT.manifest.json` records what `OUTPUT` was computed from (see [`embedding_identity`]: the input's sha256, size and line count,
+        checks the checksums of what it keeps and starts over when rows changed. `OUTPUT.manifest.json` records what
+        `OUTPUT` was computed from (see [`embedding_identity`]: the input's sha256, size and line count,
         the language, hashes of the model weights and tokenizer files, model dtype, quantisation, `fp16`,
         `normalize_embeddings`, the batching, the hf-laser version; plus, for information, the input's path and
         mtime, the device and the timing). With `resume=True`:

@@ -17,6 +17,7 @@ import threading
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["detect", "classify", "majority", "check_default_lang", "detector_version", "is_auto", "AUTO",
@@ -62,11 +63,16 @@ def detector_version() -> str:
         name = f"{DETECTOR} {version(DETECTOR)}"
     except Exception:  # noqa: BLE001 - not installed: say what is expected
         name = f"{DETECTOR} {DETECTOR_VERSION}"
-    if PRIOR_FILE.is_file():
-        import hashlib
+    digest = _prior_digest()
+    return name + (f" + prior {digest}" if digest else "")
 
-        name += f" + prior {hashlib.sha256(PRIOR_FILE.read_bytes()).hexdigest()[:12]}"
-    return name
+
+@lru_cache(maxsize=1)
+def _prior_digest() -> str | None:
+    """The first 12 hex digits of the shipped prior file's sha256 (None without one)."""
+    import hashlib
+
+    return hashlib.sha256(PRIOR_FILE.read_bytes()).hexdigest()[:12] if PRIOR_FILE.is_file() else None
 
 
 # How often each language is written in everyday short sentences (training/langid_prior.py: distinct sentences of
@@ -85,8 +91,13 @@ def read_prior(path: Path = PRIOR_FILE) -> tuple[dict[str, float], float]:
         elif line and not line.startswith("#"):
             code, count = line.split("\t")
             counts[code] = int(count)
+    return prior_from_counts(counts), alpha
+
+
+def prior_from_counts(counts: dict[str, int]) -> dict[str, float]:
+    """Sentence counts per code → probabilities (add-one smoothed)."""
     total = sum(counts.values()) + len(counts)
-    return {code: (n + 1) / total for code, n in counts.items()}, alpha
+    return {code: (n + 1) / total for code, n in counts.items()}
 
 
 def _weights(prior: dict[str, float], alpha: float):

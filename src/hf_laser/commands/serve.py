@@ -46,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM / Ctrl-C, how long requests in flight may take before the connections are "
                              "closed (default 60)")
     parser.add_argument("--max-connections", type=int, default=1000,
-                        help="connections open at once (default 1000; one more is answered 503 and closed at once; "
-                             "lowered to what the open files limit allows)")
+                        help="connections open at once (default 1000; one more closes the connection idle longest, "
+                             "or is answered 503 when every one has a request; lowered to what the open files limit "
+                             "allows)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1 ...")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",

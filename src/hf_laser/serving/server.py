@@ -22,6 +22,7 @@ import resource
 import socket
 import sys
 import time
+import warnings
 
 from .app import Limits, Security, create_app
 from .batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
@@ -154,8 +155,6 @@ def _warnings_as_log_lines() -> None:
     """Python warnings raised while serving become one log line each (not a source line on stderr); an unknown
     language code is answered in the response's `warnings` already, so it is not logged once per code a client
     makes up."""
-    import warnings
-
     warnings.filterwarnings("ignore", message="unknown language code", category=UserWarning)
 
     def show(message, category, filename, lineno, file=None, line=None):
@@ -252,7 +251,6 @@ def serve(encoder, *, host: str = "127.0.0.1", port: int = 8080, sock: socket.so
         uvicorn_log = logging.getLogger("uvicorn")
         logger.handlers, logger.propagate = list(uvicorn_log.handlers), False
         logger.setLevel(logging.getLogger("uvicorn.error").getEffectiveLevel())
-        _warnings_as_log_lines()
         server = uvicorn.Server(config)
         url = url_of(sock)
         if announce is None:
@@ -260,6 +258,8 @@ def serve(encoder, *, host: str = "127.0.0.1", port: int = 8080, sock: socket.so
                   f"(demo page {url}/, OpenAI API {url}/v1, LASER API {url}/vectorize)", file=sys.stderr, flush=True)
         else:
             announce(url)
-        server.run(sockets=[sock])
+        with warnings.catch_warnings():  # (restored after: serve() may run inside another program)
+            _warnings_as_log_lines()
+            server.run(sockets=[sock])
     finally:
         sock.close()
