@@ -105,6 +105,23 @@ def test_batch_order_and_threads(tmp_path):
         NumpyLaserBiLSTM.from_directory(path, threads=0)
 
 
+def test_deeper_layers_project_real_tokens_only(tmp_path, monkeypatch):
+    """One long sentence among short ones: the deeper layers' input projections cover the batch's real tokens, not
+    its padded grid (60 x 120 positions here; 2.2x slower on the full-size model when they did), with PyTorch's
+    embeddings to round-off."""
+    from hf_laser import bilstm_numpy
+
+    path = save_plain(tmp_path, num_layers=3)
+    sentences = random_sentences(59, seed=3, max_len=6) + [[5] * 119 + [2]]
+    rows = []
+    project = bilstm_numpy._Direction.project
+    monkeypatch.setattr(bilstm_numpy._Direction, "project", lambda self, x: rows.append(len(x)) or project(self, x))
+    got = numpy_pooled(NumpyLaserBiLSTM.from_directory(path), sentences)
+    real = sum(map(len, sentences))
+    assert rows[2:] == [real] * 4  # layers 2 and 3, both directions (the first projects the distinct tokens)
+    np.testing.assert_allclose(got, torch_pooled(path, sentences), rtol=0, atol=1e-6)
+
+
 def test_token_table_shared_by_batches(tmp_path):
     """A table of the first layer's projections computed once for many batches gives PyTorch's embeddings to
     round-off; a table without a token of the batch, or with ids outside the vocabulary, is an error."""

@@ -151,9 +151,9 @@ class NumpyLaserBiLSTM:
     """
 
     # Which arithmetic this engine does: raised whenever a change moves its last bits (2: the first layer's projections
-    # shared by a chunk's batches). Part of an embedding's identity, so that a file is never resumed with rows of
-    # another revision.
-    numerics_revision = 2
+    # shared by a chunk's batches; 3: the deeper layers project real tokens only, in products of other shapes). Part
+    # of an embedding's identity, so that a file is never resumed with rows of another revision.
+    numerics_revision = 3
 
     def __init__(self, config, state: dict[str, np.ndarray], threads: int | None = None):
         self.config = config
@@ -276,15 +276,18 @@ class NumpyLaserBiLSTM:
                         jobs.append(partial(self._recur, direction, tables[d], rows[part], lengths[part],
                                             None if skip is None else skip[part], outputs[d], part, d, result))
                 self._parallel(jobs, threads)
-                if not last:  # next layer's input at each position: [forward output; backward output]
-                    x = np.zeros((batch, steps, hidden * len(layer)), np.float32)
-                    x[:, :, :hidden] = outputs[0].transpose(1, 0, 2)
-                    if len(layer) > 1:
-                        b_index = np.nonzero(running)
-                        x[b_index[0], backward[b_index], hidden:] = outputs[1].transpose(1, 0, 2)[b_index]
-                    x = x.reshape(batch * steps, -1)
-                    flat = np.arange(batch)[:, None] * steps
-                    reading = [(forward, flat + forward), (backward, flat + backward)]
+                if not last:  # next layer's input, one row per real token: [forward output; backward output]
+                    # (only the real tokens are projected: a batch's padding can be most of its grid, e.g. one long
+                    # sentence among short ones)
+                    sentence, position = np.nonzero(running)
+                    row_of = np.zeros((batch, steps), np.int64)
+                    row_of[sentence, position] = np.arange(len(sentence))
+                    x = np.empty((len(sentence), hidden * len(layer)), np.float32)
+                    x[:, :hidden] = outputs[0][position, sentence]
+                    if len(layer) > 1:  # step s of the backward direction read position lengths - 1 - s
+                        x[:, hidden:] = outputs[1][lengths[sentence] - 1 - position, sentence]
+                    reading = [(forward, np.take_along_axis(row_of, forward, axis=1)),
+                               (backward, np.take_along_axis(row_of, backward, axis=1))]
         out = np.empty_like(result)
         out[order] = result
         return out
