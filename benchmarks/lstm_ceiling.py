@@ -8,6 +8,9 @@ for one batch of the shape the encoder sees (B sentences x T tokens, random weig
 - the LSTM as PyTorch runs it: padded (one fused oneDNN call) and packed (what the original does);
 - the same LSTM's matrix products alone, without gates or any other work: the time an exact fp32 LSTM cannot beat
   with these kernels;
+- int8 (CPU): the same product as PyTorch's dynamic int8 linear layer runs it (fbgemm; the activations quantised at
+  every call, as `quantize="int8"` does), and the LSTM quantised the same way, padded and packed: the int8 mode's
+  ceiling and how close its LSTM comes to it;
 - fp32 products split into bf16 parts (x = x1 + x2 + x3, each exactly a bf16 number) so that the AMX units do them
   with fp32 accumulation (oneDNN's bf16 math mode): 3 partial products (x1w1 + x1w2 + x2w1) or 6 (all with
   combined weight down to 2^-16), their error against float64 next to plain fp32's, and their effective speed.
@@ -78,7 +81,7 @@ def bf16_split_products(a: torch.Tensor, b: torch.Tensor, repeat: int) -> None:
 
 def lstm_rows(B: int, T: int, repeat: int, device: str, dtype: torch.dtype) -> list[tuple[str, int, float]]:
     """The LSTM padded, packed, and its matrix products alone, on `device` in `dtype`."""
-    kw = dict(device=device, dtype=dtype)
+    kw = dict(device=device, dtype=torch.float32 if dtype == torch.qint8 else dtype)
     lstm = torch.nn.LSTM(320, 512, num_layers=5, bidirectional=True).eval().to(**kw)
     x = torch.randn(T, B, 320, **kw)
     lengths = torch.randint(max(1, T - 3), T + 1, (B,)).sort(descending=True).values
@@ -98,6 +101,12 @@ def lstm_rows(B: int, T: int, repeat: int, device: str, dtype: torch.dtype) -> l
 
     kernel = "cuDNN" if torch.device(device).type == "cuda" else "oneDNN"
     name = str(dtype).split(".")[-1]
+    if dtype == torch.qint8:  # dynamic int8, as LaserEncoder.from_pretrained(quantize="int8") makes it
+        lstm = torch.ao.quantization.quantize_dynamic(lstm, {torch.nn.LSTM}, dtype=torch.qint8)
+        kernel, name = "fbgemm", "int8"
+        with torch.inference_mode():
+            return [(f"LSTM {name} padded ({kernel})", B * T, seconds(lambda: lstm(x), repeat)),
+                    (f"LSTM {name} packed (hf_laser's call)", int(lengths.sum()), seconds(lambda: lstm(packed), repeat))]
     with torch.inference_mode():
         return [(f"LSTM {name} padded (fused {kernel})", B * T, seconds(lambda: lstm(x), repeat)),
                 (f"LSTM {name} packed (the original's call)", int(lengths.sum()),
@@ -134,6 +143,9 @@ def main() -> None:
                 ("fp16", torch.float16, None)] if on_gpu else [("fp32", torch.float32, None),
                                                                 ("bf16", torch.bfloat16, None)]
     for name, dtype, precision in variants:
+        if not on_gpu and dtype == torch.bfloat16 and not cpu_info().native("bf16"):
+            print(f"matmul {B * T}x1024 @ 1024x2048 bf16: skipped (emulated on this CPU: minutes per product)")
+            continue
         x, w = a.to(dtype), b.to(dtype)
         if precision:
             torch.backends.cuda.matmul.fp32_precision = precision
@@ -143,11 +155,23 @@ def main() -> None:
         torch.backends.cuda.matmul.fp32_precision = "ieee"
         torch.backends.cudnn.conv.fp32_precision = "ieee"
     else:
-        bf16_split_products(a, b, args.repeat)
+        linear = torch.nn.Linear(1024, 2048, bias=False)
+        linear.weight.data = b.t().contiguous()
+        int8 = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear},
+                                                      dtype=torch.qint8)
+        with torch.inference_mode():
+            exact = a.double() @ b.double()
+            error = float((int8(a) - exact).norm() / exact.norm())
+            t = seconds(lambda: int8(a), 10 * repeat)
+        print(f"matmul {B * T}x1024 @ 1024x2048 int8 (fbgemm dynamic linear, activations quantised per call): "
+              f"{flop / t / 1e9:.0f} GOP/s, relative error {error:.1e} (random normal operands)")
+        if cpu_info().native("bf16"):
+            bf16_split_products(a, b, args.repeat)
+        else:  # (minutes of emulated bf16 for rows that are about AMX)
+            print("fp32 as bf16 parts: skipped (this CPU has no native bf16)")
 
     rows = lstm_rows(B, T, repeat, args.device, torch.float32)
-    if on_gpu:
-        rows += lstm_rows(B, T, repeat, args.device, torch.bfloat16)
+    rows += lstm_rows(B, T, repeat, args.device, torch.bfloat16 if on_gpu else torch.qint8)
     for name, tokens, t in rows:
         print(f"{name}: {tokens / t:.0f} tokens/s, {tokens * FLOP_PER_TOKEN / t / 1e9:.0f} GFLOP/s")
 

@@ -15,10 +15,15 @@ drift falls on all of them alike. Timed: preprocessing and encoding (model loadi
 the mean / min cosine of its embeddings to hf_laser fp32 (the same weights: the peer's preprocessing differs in
 places from the original's, see `benchmarks/preprocessing_agreement.py`, so its cosine is not 1).
 
+`--model DIR` (repeatable) measures hf_laser's modes on other model directories too (laser-mini, a converted LASER3
+student: the peer runs only the original-format checkpoint); for every model the table names the mode that
+`speed="auto"` picks on this processor (`hf_laser.speed.choose`), so its rule can be checked against the fastest
+measured mode.
+
 Usage::
 
     python benchmarks/peer_speed.py --peer-python /tmp/peerenv/bin/python [--peer-python /tmp/peerenv2/bin/python]
-        [--langs fra,deu,spa,rus] [--lines 500] [--modes fp32,numpy,int8] [--rounds 3] [--threads 2]
+        [--langs fra,deu,spa,rus] [--lines 500] [--modes fp32,numpy,int8] [--rounds 3] [--threads 2] [--model DIR]
 """
 
 from __future__ import annotations
@@ -77,6 +82,9 @@ def main() -> None:
     parser.add_argument("--modes", default="fp32,numpy,int8", help="hf_laser modes: fp32, numpy, int8, bf16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", action="append", default=[],
+                        help="another model directory to measure hf_laser's modes on (repeatable)")
+    parser.add_argument("--no-fullsize", action="store_true", help="only the --model directories (no peer)")
     args = parser.parse_args()
     if not TATOEBA.exists():
         sys.exit(f"needs ../shared (Tatoeba v1 at {TATOEBA})")
@@ -84,8 +92,6 @@ def main() -> None:
     from hf_laser.cpu import cpu_info
 
     print(f"# processor: {cpu_info().line()}")
-    model_dir = build_full_size_model()
-    checkpoint = CACHE / "laser-fullsize-random-v2.pt"
     texts = {}
     for iso3 in args.langs.split(","):
         path = TATOEBA / f"tatoeba.{iso3}-eng.{iso3}"
@@ -94,40 +100,62 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="peer_speed_"))
     (tmp / "texts.json").write_text(json.dumps(texts, ensure_ascii=False), "utf-8")
     common = {"texts": str(tmp / "texts.json"), "threads": args.threads}
-    variants = {}
-    for i, python in enumerate(args.peer_python):
-        variants[f"laserembeddings ({i + 1})"] = (python, {**common, "kind": "peer", "checkpoint": str(checkpoint),
-                                                           "codes": str(REFERENCE / "bpe" / "laser-ref.fcodes"),
-                                                           "vocab": str(REFERENCE / "bpe" / "laser-ref.fvocab")})
-    for mode in args.modes.split(","):
-        variants[f"hf_laser {mode}"] = (sys.executable, {**common, "kind": "hf_laser", "mode": mode,
-                                                         "model_dir": str(model_dir)})
+    models = [] if args.no_fullsize else [("full-size BiLSTM (5 x 512, random)", build_full_size_model())]
+    models += [(Path(m).name, Path(m)) for m in args.model]
+    variants = {}  # name -> (model label, python, spec)
+    if not args.no_fullsize:
+        checkpoint = CACHE / "laser-fullsize-random-v2.pt"
+        for i, python in enumerate(args.peer_python):
+            variants[f"laserembeddings ({i + 1})"] = (models[0][0], python, {
+                **common, "kind": "peer", "checkpoint": str(checkpoint),
+                "codes": str(REFERENCE / "bpe" / "laser-ref.fcodes"),
+                "vocab": str(REFERENCE / "bpe" / "laser-ref.fvocab")})
+    for label, model_dir in models:
+        config = json.loads((model_dir / "config.json").read_text("utf-8"))
+        for mode in args.modes.split(","):
+            if mode == "numpy" and config.get("encoder_type", "bilstm") != "bilstm":
+                continue  # (the NumPy engine computes BiLSTMs)
+            variants[f"{label}: hf_laser {mode}"] = (label, sys.executable, {
+                **common, "kind": "hf_laser", "mode": mode, "model_dir": str(model_dir)})
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     times: dict[str, list[float]] = {name: [] for name in variants}
     versions = {}
     for r in range(args.rounds):
-        for name, (python, spec) in variants.items():
-            out = tmp / f"{len(times[name])}-{name.replace(' ', '_')}"
+        for name, (_, python, spec) in variants.items():
+            out = tmp / f"{len(times[name])}-{safe(name)}"
             subprocess.run([python, "-c", WORKER, json.dumps(spec), str(out)], check=True, env=env)
             result = json.loads(Path(str(out) + ".json").read_text())
             times[name].append(result["seconds"])
             versions[name] = result["torch"]
             print(f"  round {r + 1} {name}: {result['seconds']:.2f} s", flush=True)
-    reference = np.load(tmp / "0-hf_laser_fp32.npy") if "hf_laser fp32" in variants else None
-    peer_best = min(times[next(iter(variants))]) if args.peer_python else None
     print(f"\n{n} sentences ({args.langs}, {args.lines} each), {args.threads} threads, {args.rounds} rounds\n")
-    print("| variant | torch | best sentences/s | median sentences/s | speed-up over the peer (best) "
-          "| mean / min cosine to hf_laser fp32 |")
-    print("|---|---|---|---|---|---|")
-    for name in variants:
-        best, median = n / min(times[name]), n / statistics.median(times[name])
-        speedup = f"{peer_best / min(times[name]):.2f}x" if peer_best else ""
-        cos = ""
-        if reference is not None:
-            emb = np.load(tmp / f"0-{name.replace(' ', '_')}.npy")
-            c = np.einsum("ij,ij->i", emb, reference) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(reference, axis=1))
-            cos = f"{c.mean():.5f} / {c.min():.5f}"
-        print(f"| {name} | {versions[name]} | {best:,.0f} | {median:,.0f} | {speedup} | {cos} |")
+    from hf_laser.speed import ModelShape, choose
+
+    for label, model_dir in models:
+        shape = ModelShape.from_config(json.loads((model_dir / "config.json").read_text("utf-8")))
+        auto = choose(cpu_info(), shape)
+        print(f"{label}: speed='auto' picks {auto.mode}{' (NumPy engine)' if auto.engine == 'auto' else ''} here "
+              f"({auto.reason})\n")
+        names = [name for name, (owner, _, _) in variants.items() if owner == label]
+        reference = tmp / f"0-{safe(f'{label}: hf_laser fp32')}.npy"
+        peer_best = min(times[names[0]]) if names[0].startswith("laserembeddings") else None
+        print("| variant | torch | best sentences/s | median sentences/s | speed-up over the peer (best) "
+              "| mean / min cosine to hf_laser fp32 |")
+        print("|---|---|---|---|---|---|")
+        for name in names:
+            best, median = n / min(times[name]), n / statistics.median(times[name])
+            speedup = f"{peer_best / min(times[name]):.2f}x" if peer_best else ""
+            cos = ""
+            if reference.exists():
+                emb, ref = np.load(tmp / f"0-{safe(name)}.npy"), np.load(reference)
+                c = np.einsum("ij,ij->i", emb, ref) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(ref, axis=1))
+                cos = f"{c.mean():.5f} / {c.min():.5f}"
+            print(f"| {name.split(': ')[-1]} | {versions[name]} | {best:,.0f} | {median:,.0f} | {speedup} | {cos} |")
+        print()
+
+
+def safe(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
 
 
 if __name__ == "__main__":

@@ -79,3 +79,20 @@ def test_the_python_api_warns_for_an_emulated_dtype_too(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         LaserEncoder.from_pretrained(DEFAULT_MODEL, dtype=torch.bfloat16)
+
+
+def test_int8_without_kernels_is_said():
+    """int8 asked for on a CPU whose int8 kernels PyTorch lacks (x86 without AVX2): one message naming the mode to
+    use; nothing where fbgemm / qnnpack run."""
+    from hf_laser.cpu import int8_without_kernels_message
+
+    message = int8_without_kernels_message(x86(), flag="--int8")
+    assert "--int8" in message and "use float32" in message and "fbgemm needs AVX2" in message
+    assert int8_without_kernels_message(x86(avx2=True)) is None
+    assert int8_without_kernels_message(from_flags("", "aarch64", "DEFAULT", NONE, {"asimd"})) is None
+
+
+def test_env_says_what_speed_auto_picks():
+    run = subprocess.run([sys.executable, "-m", "hf_laser.cli", "env"], capture_output=True, text=True, timeout=300)
+    assert "--speed auto picks here:" in run.stdout
+    assert "one-layer BiLSTM" in run.stdout and "transformer" in run.stdout

@@ -146,3 +146,13 @@ def emulated_dtype_message(dtype, device, *, flag: str, int8: str = "quantize='i
             f"{torch.backends.cpu.get_cpu_capability()}), so {flag} is emulated, several times slower than float32 "
             f"(6x on an AVX2-only CPU): use float32 (the default) or {int8} here; `hf-laser env` says what this CPU "
             "makes fast")
+
+
+def int8_without_kernels_message(info: CpuInfo, *, flag: str = "quantize='int8'") -> str | None:
+    """Why int8 quantisation will not be fast on the processor `info` describes (no AVX2 on x86, no NEON on Arm:
+    PyTorch's int8 kernels, fbgemm and qnnpack, need them), or None."""
+    if info.native("int8"):
+        return None
+    return (f"this CPU has no int8 kernels for PyTorch ({info.notes()['int8']}), so {flag} runs on slower fallback "
+            "code, expected no faster than float32 (not measured on such a CPU): use float32 (the default) here; "
+            "`hf-laser env` says what this CPU makes fast")

@@ -148,13 +148,15 @@ class LaserEncoder:
         quantized = self.engine == "torch" and any(
             type(m).__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized")) for m in model.modules())
         self.quantize = "int8" if quantized else None
+        self.speed = None  # a speed.SpeedChoice where loaded with from_pretrained(speed=...)
         self._model_sha256: str | None = None  # of the weights as loaded (before a dtype cast / quantisation)
         self._tokenizer_sha256: str | None = None
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | None = None, device: str | torch.device | None = None,
                         dtype: torch.dtype | None = None, quantize: str | None = None, *,
-                        torch_only: bool = False, engine: str = "torch", **kwargs) -> LaserEncoder:
+                        torch_only: bool = False, engine: str | None = None, speed: str | None = None,
+                        **kwargs) -> LaserEncoder:
         """Loads model and tokenizer from a directory written by `hf-laser convert` / `save_pretrained` (or a Hub id).
 
         Args:
@@ -184,9 +186,20 @@ class LaserEncoder:
                 (`model.safetensors` matching its config) and no `device` other than the CPU, `dtype` other than
                 float32, `quantize` or other loading argument: anything else is a ValueError. `"auto"`: `"numpy"`
                 where it can, else `"torch"` (the command line's default). `encoder.engine` says which was used,
-                and an embedding manifest records it.
+                and an embedding manifest records it. None: `"torch"`, or what `speed` says.
+            speed: a speed mode instead of `dtype` / `quantize` / `engine` ([`~speed`]): `"fp32"` (the original's
+                numbers, on the fastest float32 engine that can load the model), `"bf16"`, `"int8"`, or `"auto"`:
+                the fastest mode on this processor within the fidelity bounds (Tatoeba error within 0.2 points,
+                cosine to float32 of 0.999 or more), by rules from measurements (docs/speed.md). `encoder.speed`
+                says what was chosen and why; an embedding's manifest records the engine, dtype and quantisation
+                it came from. A model set's members each choose for themselves.
         """
-        if engine not in ENGINES:
+        if speed is not None and (dtype is not None or quantize is not None or engine is not None):
+            raise ValueError("speed= chooses the dtype, quantisation and engine: give speed, or dtype / quantize / "
+                             "engine, not both")
+        if engine is None and speed is None:
+            engine = "torch"
+        if engine is not None and engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
         from .model_set import RoutedLaserEncoder, is_model_set
 
@@ -194,7 +207,7 @@ class LaserEncoder:
             # LASER2 + LASER3 students: one encoder that embeds each sentence with the model of its language
             return RoutedLaserEncoder.from_pretrained(path, cls.from_pretrained, device=device, dtype=dtype,
                                                       quantize=quantize, torch_only=torch_only, engine=engine,
-                                                      **kwargs)
+                                                      **({"speed": speed} if speed is not None else {}), **kwargs)
         path = resolve_model(path, who="LaserEncoder")
         if isinstance(path, str) and not Path(path).exists():
             from .download import resolve_named_model
@@ -206,6 +219,12 @@ class LaserEncoder:
             from .models import missing_model_message
 
             raise FileNotFoundError(missing_model_message(path))
+        if speed is not None:
+            choice = _resolve_speed(speed, path, device, kwargs)
+            encoder = cls.from_pretrained(path, device=device, dtype=choice.dtype(), quantize=choice.quantize,
+                                          torch_only=torch_only, engine=choice.engine, **kwargs)
+            encoder.speed = choice
+            return encoder
         if engine != "torch":
             why_not = _why_not_numpy(path, device, dtype, quantize, kwargs)
             model = tokenizer_loaded = None
@@ -267,6 +286,11 @@ class LaserEncoder:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             if device is not None and torch.device(device).type != "cpu":
                 raise ValueError("int8 dynamic quantisation runs on CPU only")
+            from .cpu import cpu_info, int8_without_kernels_message
+
+            slow = int8_without_kernels_message(cpu_info())
+            if slow:
+                warn_at_caller(slow)
             # the LSTM of a BiLSTM, the projections of a transformer (a BiLSTM encoder has no nn.Linear)
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM, torch.nn.Linear}, dtype=torch.qint8)
         if device is not None:
@@ -745,6 +769,31 @@ class LaserEncoder:
                 writer.close()
             stats.update(computed=n - stats["resumed_at"], seconds=seconds)
             return np.load(output_path, mmap_mode="r"), stats
+
+
+def _resolve_speed(speed: str, path, device, kwargs):
+    """`from_pretrained(speed=...)` as a [`~speed.SpeedChoice`] for the model at `path` (its config.json read for
+    its shape: a Hub id's is fetched, as loading it would)."""
+    from .speed import ModelShape, resolve
+
+    if device is None:
+        device_type = "cpu"
+    else:
+        import torch
+
+        device_type = torch.device(device).type
+    if speed != "auto":
+        return resolve(speed, None, None, device_type)
+    from .cpu import cpu_info
+
+    config_file = Path(str(path)).expanduser() / "config.json"
+    if not config_file.is_file():
+        from huggingface_hub import hf_hub_download
+
+        config_file = hf_hub_download(str(path), "config.json", revision=kwargs.get("revision"),
+                                      cache_dir=kwargs.get("cache_dir"))
+    config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+    return resolve(speed, cpu_info(), ModelShape.from_config(config), device_type)
 
 
 def _why_not_numpy(path, device, dtype, quantize, kwargs) -> str | None:

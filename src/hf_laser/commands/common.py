@@ -36,13 +36,22 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
         # torch_only: a plain local directory never imports transformers, half of a command's start-up (and any other
         # local directory loads without a "Loading weights" bar; download bars stay for Hub ids)
         with warnings.catch_warnings():  # (a slow dtype is said below, in the command's words)
-            warnings.filterwarnings("ignore", message="this CPU has no native")
+            warnings.filterwarnings("ignore", message="this CPU has no (native|int8)")
             encoder = LaserEncoder.from_pretrained(model, torch_only=True, **kwargs)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot load the model {model}: {one_line(err)}") from err
-    slow = kwargs.get("dtype") is not None and slow_cpu_dtype_message(kwargs["dtype"], kwargs.get("device") or "cpu")
+    choice = getattr(encoder, "speed", None)
+    dtype = kwargs.get("dtype") if choice is None else choice.dtype()
+    slow = dtype is not None and slow_cpu_dtype_message(dtype, kwargs.get("device") or "cpu")
+    if getattr(encoder, "quantize", None) == "int8":
+        from ..cpu import cpu_info, int8_without_kernels_message
+
+        slow = slow or int8_without_kernels_message(cpu_info(), flag="--int8")
     if slow:
         print(f"{who}: {slow}", file=sys.stderr)
+    if choice is not None and kwargs.get("speed") == "auto":
+        engine = "NumPy" if encoder.engine == "numpy" else "PyTorch"
+        print(f"{who}: --speed auto: {choice.mode} on {engine} ({choice.reason})", file=sys.stderr)
     if not pretokenized and getattr(encoder, "tokenizer", "n/a") is None:
         raise UsageError(f"{model} has no tokenizer (it was converted without --bpe-codes/--bpe-vocab or "
                          "--spm-model): give BPE-tokenized input with --pretokenized, or convert it again with them")
@@ -123,6 +132,31 @@ def add_engine_argument(parser: argparse.ArgumentParser) -> None:
                              "start-up and, on small CPUs, faster per sentence), torch (every device, dtype and "
                              "--int8), auto (default: numpy for a plain local model directory on the CPU in float32, "
                              "else torch); the two agree to float round-off (~1e-6)")
+
+
+def add_speed_argument(parser: argparse.ArgumentParser) -> None:
+    """`--speed` of the commands that embed with a model from disk ([`hf_laser.speed`])."""
+    parser.add_argument("--speed", choices=["auto", "fp32", "bf16", "int8"], default=None,
+                        help="speed mode instead of --dtype/--int8/--engine: fp32 (the original's numbers, fastest "
+                             "float32 engine), bf16, int8, or auto: the fastest mode on this CPU within the "
+                             "fidelity bounds (Tatoeba error within 0.2 points), said on stderr and recorded in the "
+                             "output's manifest; `hf-laser env` shows what auto picks here (default: float32 as "
+                             "--dtype/--engine say)")
+
+
+def speed_kwargs(args: argparse.Namespace, *, dtype: str = "float32", int8: bool = False,
+                 engine: str | None = None) -> dict:
+    """The loading arguments of `--speed`, or of `--dtype` / `--int8` / `--engine` without it (as given in the
+    keywords); both together are a [`UsageError`]."""
+    speed = getattr(args, "speed", None)
+    if speed is None:
+        return {"dtype": dtype_arg(dtype), "quantize": "int8" if int8 else None,
+                **({"engine": engine} if engine is not None else {})}
+    clash = [flag for flag, given in (("--dtype", dtype != "float32"), ("--int8", int8),
+                                      ("--engine", engine not in (None, "auto"))) if given]
+    if clash:
+        raise UsageError(f"--speed {speed} chooses the dtype, quantisation and engine: drop {' and '.join(clash)}")
+    return {"speed": speed}
 
 
 def dtype_arg(name: str):

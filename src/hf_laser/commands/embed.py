@@ -10,9 +10,9 @@ from pathlib import Path
 
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_TOKENS
 from ..errors import UsageError
-from .common import (add_engine_argument, add_max_sentence_tokens_argument, check_device_arg, check_encoding_args,
-                     check_lang_arg, check_output_path, dtype_arg, is_stream, load_encoder_for_cli,
-                     max_sentence_tokens_arg, spool_stream)
+from .common import (add_engine_argument, add_max_sentence_tokens_argument, add_speed_argument, check_device_arg,
+                     check_encoding_args, check_lang_arg, check_output_path, is_stream, load_encoder_for_cli,
+                     max_sentence_tokens_arg, speed_kwargs, spool_stream)
 
 WHO = "hf-laser embed"
 
@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model dtype (float32: the original's numbers; the others trade fidelity for speed)")
     parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation of the LSTM (CPU only)")
     add_engine_argument(parser)
+    add_speed_argument(parser)
     parser.add_argument("--num-proc", type=int, default=1, help="processes for the text preprocessing")
     parser.add_argument("--overwrite", action="store_true",
                         help="recompute from scratch, ignoring an earlier or interrupted output (by default an output "
@@ -72,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "numpy" and (args.device != "cpu" or args.dtype != "float32" or args.int8):
         raise UsageError("--engine numpy computes float32 on the CPU only: drop --device/--dtype/--int8, or use "
                          "--engine torch")
+    loading = speed_kwargs(args, dtype=args.dtype, int8=args.int8, engine=args.engine)
     encoder = load_encoder_for_cli(resolve_model(args.model, who=WHO), WHO, pretokenized=args.pretokenized,
-                                   device=None if args.device == "cpu" else args.device, dtype=dtype_arg(args.dtype),
-                                   quantize="int8" if args.int8 else None, engine=args.engine)
+                                   device=None if args.device == "cpu" else args.device, **loading)
     tmp = None
     try:
         if stdin or stream:

@@ -1,5 +1,5 @@
 """`hf-laser env`: versions, the processor and which speed modes it makes fast (for a bug report, and before
-choosing `--dtype bfloat16` or `--int8`)."""
+choosing `--speed`, `--dtype bfloat16` or `--int8`)."""
 
 from __future__ import annotations
 
@@ -25,5 +25,14 @@ def run(args: argparse.Namespace) -> int:
     notes = info.notes()
     for mode in MODES:
         print(f"  {mode:<5} {notes[mode]}")
+    from ..speed import ModelShape, choose
+
+    print("--speed auto picks here:")
+    for name, shape in (("a one-layer BiLSTM (laser-mini)", ModelShape("bilstm", 1)),
+                        ("a deeper BiLSTM (LASER, LASER2)", ModelShape("bilstm", 5)),
+                        ("a transformer (LASER3 students)", ModelShape("transformer", 12))):
+        choice = choose(info, shape)
+        engine = "NumPy engine where it can load the model" if choice.engine == "auto" else "PyTorch"
+        print(f"  {name}: {choice.mode} ({engine}; {choice.reason})")
     sys.stdout.flush()
     return 0

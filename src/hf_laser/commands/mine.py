@@ -16,8 +16,8 @@ from pathlib import Path
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_TOKENS
 from ..errors import run_cli
 from . import embed_shards
-from .common import (add_max_sentence_tokens_argument, check_device_arg, check_encoding_args, check_lang_arg,
-                     check_output_path, load_encoder_for_cli, max_sentence_tokens_arg)
+from .common import (add_max_sentence_tokens_argument, add_speed_argument, check_device_arg, check_encoding_args,
+                     check_lang_arg, check_output_path, load_encoder_for_cli, max_sentence_tokens_arg)
 
 WHO = "hf-laser mine"
 
@@ -63,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--knn-device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="faiss device (auto: GPU when faiss-gpu sees one)")
     parser.add_argument("--device", default=None, help="encoder device (e.g. cpu, cuda, cuda:1)")
+    add_speed_argument(parser)
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                         help=f"token budget per batch, padding included (default {DEFAULT_MAX_TOKENS:,}, as the "
                              "original's)")
@@ -162,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
         nonlocal encoder
         if encoder is None:
             encoder = load_encoder_for_cli(resolve_model(args.model, who=WHO), WHO,
-                                           pretokenized=args.pretokenized, device=args.device)
+                                           pretokenized=args.pretokenized, device=args.device,
+                                           **({"speed": args.speed} if args.speed else {}))
         return encoder
 
     get_encoder()  # a bad --model fails before anything is embedded

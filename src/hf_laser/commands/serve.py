@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from ..errors import UsageError
+from .common import add_speed_argument
 
 WHO = "hf-laser serve"
 DEFAULT_HOST = "127.0.0.1"
@@ -54,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                         help="model dtype (float32: the original's numbers; the others trade fidelity for speed)")
     parser.add_argument("--int8", action="store_true", help="int8 dynamic quantisation of the LSTM (CPU only)")
+    add_speed_argument(parser)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads of the model (default: torch's choice less one, at least 1: a core is left "
                              "to the HTTP and tokenizer threads)")
@@ -107,14 +109,16 @@ def run(args: argparse.Namespace) -> int:
         from ..models import resolve_model
         from ..serving.app import Limits, model_name
         from ..serving.server import serve
-        from .common import load_encoder_for_cli
+        from .common import load_encoder_for_cli, speed_kwargs
 
         torch.set_num_threads(args.threads or max(1, torch.get_num_threads() - 1))
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             raise UsageError(f"--device {args.device} but no CUDA device is available")
         model = resolve_model(args.model, who=WHO)
-        encoder = load_encoder_for_cli(model, WHO, device=args.device, dtype=getattr(torch, args.dtype),
-                                       quantize="int8" if args.int8 else None)
+        loading = speed_kwargs(args, dtype=args.dtype, int8=args.int8)
+        if "dtype" in loading:
+            loading["dtype"] = getattr(torch, args.dtype)
+        encoder = load_encoder_for_cli(model, WHO, device=args.device, **loading)
         limits = Limits(max_inputs=args.max_inputs, max_request_tokens=args.max_request_tokens,
                         max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s,
                         max_input_chars=args.max_input_chars, max_input_tokens=args.max_input_tokens)
