@@ -8,6 +8,8 @@
   translation among the batch's sentences. The other pairs of the batch are the negatives, so larger batches
   give more of them. No decoder is built for this objective.
 - `translation+ranking`: `translation_weight * translation + ranking_weight * ranking`.
+- `distillation` (LASER3): the student's embedding of the source sentence against a fixed teacher's embedding of its
+  translation, `1 - cosine` (training/distillation.py computes the teacher's side). No decoder.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from torch import nn
 
 from hf_laser.modeling_laser import shift_tokens_right
 
-OBJECTIVES = ("translation", "ranking", "translation+ranking")
+OBJECTIVES = ("translation", "ranking", "translation+ranking", "distillation")
 
 
 def uses_decoder(objective: str) -> bool:
     check_objective(objective)
-    return objective != "ranking"
+    return objective not in ("ranking", "distillation")
 
 
 def check_objective(objective: str) -> None:
@@ -54,6 +56,22 @@ def ranking_loss(source: torch.Tensor, target: torch.Tensor, temperature: float 
     return (nn.functional.cross_entropy(scores, truth) + nn.functional.cross_entropy(scores.T, truth)) / 2
 
 
+def distillation_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Cosine distillation loss (Heffernan et al. 2022).
+
+    Args:
+        student: `(batch, dim)` the student's embeddings of the source sentences.
+        teacher: `(batch, dim)` the teacher's embeddings of their translations (fixed targets).
+
+    Returns:
+        `()`: mean over the batch of `1 - cos(student_i, teacher_i)`.
+    """
+    if student.shape != teacher.shape:
+        raise ValueError(f"student embeddings {tuple(student.shape)} and teacher embeddings {tuple(teacher.shape)} "
+                         "differ: the student's embedding size (2 x hidden_size for a BiLSTM) must be the teacher's")
+    return (1 - nn.functional.cosine_similarity(student.float(), teacher.float(), dim=-1)).mean()
+
+
 def translation_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
     """Token-level cross-entropy of the decoder.
 
@@ -78,6 +96,10 @@ def training_loss(model, batch: dict[str, torch.Tensor], objective: str, *, temp
     with -100, `target_lang_ids` `(batch,)`.
     """
     check_objective(objective)
+    if objective == "distillation":
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        loss = distillation_loss(out.sentence_embedding, batch["teacher_embedding"])
+        return loss, {"distillation": loss.detach()}
     config = getattr(model, "module", model).config
     labels = batch["labels"]
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}

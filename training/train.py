@@ -136,6 +136,12 @@ DEFAULTS = {
         "snapshot_encoders": False,      # keep the encoder of every validation in OUT/encoders/step-N (for curves
                                          # of Tatoeba error vs time: training/report.py --curve)
     },
+    "distillation": {                    # training.objective: distillation (training/distillation.py)
+        "teacher": None,                 # a LaserEncoder directory (laser-mini, a converted LASER2): frozen, it
+                                         # embeds the target side (data.target_languages) of every pair
+        "cache_dir": None,               # its embeddings of the targets (default OUT/teacher), reused only when
+                                         # computed by this teacher from these sentences (their manifests)
+    },
     "validation": {
         "path": "../shared/data/parallel/valid/flores200-devtest",  # multi-parallel folder; null: no validation
         "languages": None,               # default: the source languages (and targets) the folder has
@@ -238,6 +244,10 @@ def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
     if cfg["data"].get("bitext_pairs") == "all" and uses_decoder(tr["objective"]):
         raise ValueError("data.bitext_pairs: all pairs languages that are no decoder target; it needs "
                          "training.objective: ranking")
+    if tr["objective"] == "distillation" and not cfg["distillation"]["teacher"]:
+        raise ValueError("training.objective: distillation needs distillation.teacher (a LaserEncoder directory)")
+    if tr["objective"] == "distillation" and cfg["validation"]["extra_path"]:
+        raise ValueError("training.objective: distillation validates on validation.path only (no extra_path yet)")
     if cfg["data"]["max_length"] > cfg["batching"]["max_tokens"]:
         raise ValueError("data.max_length must not exceed batching.max_tokens")
     check_corpus_weights(cfg)
@@ -538,7 +548,9 @@ def training_summary(cfg: dict, data, state: TrainState, exported: str) -> str:
     decoder = (f"LSTM decoder into {', '.join(cfg['data']['target_languages'])}, discarded after training"
                if uses_decoder(tr["objective"]) else "no decoder")
     ranking = (f", in-batch ranking with temperature {tr['ranking_temperature']} and margin {tr['ranking_margin']}"
-               if tr["objective"] != "translation" else "")
+               if tr["objective"] in ("ranking", "translation+ranking") else "")
+    if tr["objective"] == "distillation":
+        ranking = f", cosine distillation from the teacher `{cfg['distillation']['teacher']}`"
     return (
         f"Trained with `hf_laser`'s `training/train.py`: BiLSTM encoder, objective `{tr['objective']}`{ranking} "
         f"({decoder}); sentence pairs into {', '.join(cfg['data']['target_languages'])}.\n\n"
@@ -655,6 +667,19 @@ def main(argv=None) -> int:
         f"validation languages: {sorted(valid.rows) if valid else None}"
         + (f"; extra validation sets: {sorted(extra_valid)}" if extra_valid else ""))
 
+    teacher = targets_of_teacher = None
+    if tr["objective"] == "distillation":
+        from training.distillation import TeacherTargets, load_teacher
+
+        teacher = load_teacher(REPO / cfg["distillation"]["teacher"])
+        if 2 * cfg["model"]["hidden_size"] != teacher.dim:  # (a bidirectional BiLSTM's max-pool)
+            raise ValueError(f"the student's embedding (2 x model.hidden_size = {2 * cfg['model']['hidden_size']}) "
+                             f"must have the teacher's dimension {teacher.dim}")
+        with accelerator.main_process_first():  # one process computes the targets, the others reuse them
+            targets_of_teacher = TeacherTargets.prepare(
+                data, cfg["data"], teacher, Path(cfg["distillation"]["cache_dir"] or out / "teacher"), base_dir=REPO,
+                log=log)
+
     vocab = tokenizer.get_vocab()
     model_config = LaserConfig(
         vocab_size=len(vocab), target_languages=targets, pad_token_id=vocab["<pad>"], bos_token_id=vocab["<s>"],
@@ -719,13 +744,20 @@ def main(argv=None) -> int:
 
     unwrapped = accelerator.unwrap_model(model)
     last_valid: dict | None = None
+    teacher_valid_cache: dict = {}  # the teacher's embeddings of the validation targets (distillation)
 
     def run_validation():
         nonlocal last_valid
         if valid is None and not extra_valid:
             return {}
-        if is_main:
+        if is_main and teacher is not None:
+            from training.distillation import validate_distillation
+
+            last_valid = validate_distillation(unwrapped, valid, REPO / vcfg["path"], vcfg["max_sentences"], targets,
+                                               teacher, accelerator, vcfg, teacher_valid_cache)
+        elif is_main:
             last_valid = validate(unwrapped, valid, targets, accelerator, vcfg) if valid is not None else {}
+        if is_main:
             if extra_valid:
                 last_valid.update(validate_extra(unwrapped, extra_valid, targets, accelerator, vcfg))
                 if "valid_error" in last_valid and "valid_extra_error" in last_valid:
@@ -769,7 +801,12 @@ def main(argv=None) -> int:
     timer = time.perf_counter()
     progress = tqdm(total=None if max_steps == math.inf else max_steps, initial=state.step, desc="training",
                     disable=not accelerator.is_local_main_process)
-    dataset = PairBatches(data, targets, pad_token_id=model_config.pad_token_id)
+    if targets_of_teacher is not None:
+        from training.distillation import DistillationBatches
+
+        dataset = DistillationBatches(data, targets, targets_of_teacher, pad_token_id=model_config.pad_token_id)
+    else:
+        dataset = PairBatches(data, targets, pad_token_id=model_config.pad_token_id)
     # the budget counts from the launch (data preparation included), like a cluster's time limit
     deadline = launched_at + 60 * tr["max_minutes"] if tr["max_minutes"] else None
     training_from = time.monotonic()

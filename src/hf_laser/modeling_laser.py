@@ -844,13 +844,14 @@ class LaserForPreTraining(LaserPreTrainedModel):
             sentence_embedding, paired_sentence_embedding = encoder_outputs.pooler_output.split(
                 [batch_size, paired_input_ids.shape[0]])
             encoder_last_hidden_state = encoder_outputs.last_hidden_state[:batch_size, :input_ids.shape[1]]
-        if labels is None and decoder_input_ids is None and paired_input_ids is not None:
+        if labels is None and decoder_input_ids is None and (paired_input_ids is not None or self.decoder is None):
+            # the sentence embeddings alone (ranking: both sides; distillation: the student's side)
             return LaserForPreTrainingOutput(sentence_embedding=sentence_embedding,
                                              encoder_last_hidden_state=encoder_last_hidden_state,
                                              paired_sentence_embedding=paired_sentence_embedding)
         if self.decoder is None:
-            raise ValueError("this model has no decoder (config.decoder_num_layers=0): call it with paired_input_ids "
-                             "and without labels / decoder_input_ids")
+            raise ValueError("this model has no decoder (config.decoder_num_layers=0): call it without labels / "
+                             "decoder_input_ids (for the sentence embeddings, and paired_input_ids for the other side)")
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError("give labels (target ids) or decoder_input_ids")

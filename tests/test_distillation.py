@@ -1,0 +1,66 @@
+"""#50 item 1: `training.objective: distillation` (training/distillation.py) on the synthetic cipher: a teacher (the
+cipher run's exported encoder) embeds English once, a fresh student learns `yy` (a reordered cipher it reads with
+its own vocabulary) against it; the teacher's targets are reused only by the same teacher on the same sentences."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from safetensors.torch import load_file
+from test_training import cipher_run, cipher_setup, metrics, run_train  # noqa: F401 (fixtures)
+
+
+def distillation_config(root, teacher, cache, steps=150, **training):
+    cfg = {
+        "seed": 5,
+        "data": {"corpora": [str(root / "train")], "source_languages": ["yy"], "target_languages": ["en"],
+                 "max_length": 40, "cache_dir": str(root / "cache")},
+        "tokenizer": {"bpe_merges": 200},
+        "model": {"embed_dim": 32, "hidden_size": 32, "num_layers": 1},
+        "batching": {"max_tokens": 400, "num_workers": 0},
+        "training": {"objective": "distillation", "max_steps": steps, "learning_rate": 0.01, "log_every": 10,
+                     "eval_every": 50, "save_every": 50, "keep_checkpoints": 10, "report_to": None, **training},
+        "distillation": {"teacher": str(teacher), "cache_dir": str(cache)},
+        "validation": {"path": str(root / "valid")},
+    }
+    path = root / f"distill-{steps}-{abs(hash(str(teacher))) % 10**6}-{cache.name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_student_learns_the_teachers_space_and_targets_are_tied_to_the_teacher(cipher_setup, cipher_run, tmp_path):  # noqa: F811
+    root, _ = cipher_setup
+    teacher = cipher_run[0] / "final"
+    cache = tmp_path / "teacher-cache"
+    log = run_train(distillation_config(root, teacher, cache), tmp_path / "student")
+    assert "teacher targets: en: computed" in log, log[-3000:]
+    rows = metrics(tmp_path / "student")
+    valid = [r["valid_error"] for r in rows if "valid_error" in r]
+    # student(yy) against teacher(en) on the 200 held-out cipher lines: near chance untrained, aligned after training
+    assert valid[0] > 80 and valid[-1] < 20, valid
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert losses[-1] < 0.5 * losses[0], losses
+    summary = json.loads((tmp_path / "student" / "final" / "config.json").read_text())
+    assert summary["hidden_size"] == 32 and summary.get("decoder_num_layers", 0) == 0
+    assert "final" in {p.name for p in (tmp_path / "student").iterdir()}
+
+    # the same teacher and sentences: the targets are reused, not computed again
+    again = run_train(distillation_config(root, teacher, cache, steps=10), tmp_path / "student-2")
+    assert "teacher targets: en: reused" in again, again[-3000:]
+
+    # another teacher (the cipher run's untrained encoder: other weights) with the same cache: computed again
+    other = run_train(distillation_config(root, cipher_run[0] / "untrained", cache, steps=10), tmp_path / "student-3")
+    assert "teacher targets: en: computed" in other and "reused" not in other, other[-3000:]
+
+
+def test_resumed_distillation_ends_where_an_uninterrupted_run_ends(cipher_setup, cipher_run, tmp_path):  # noqa: F811
+    root, _ = cipher_setup
+    teacher = cipher_run[0] / "final"
+    cache = tmp_path / "cache"
+    run_train(distillation_config(root, teacher, cache, steps=100), tmp_path / "straight")
+    run_train(distillation_config(root, teacher, cache, steps=50), tmp_path / "resumed")
+    run_train(distillation_config(root, teacher, cache, steps=100), tmp_path / "resumed", "--resume")
+    a = load_file(str(sorted((tmp_path / "straight" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
+    b = load_file(str(sorted((tmp_path / "resumed" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
