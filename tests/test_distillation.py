@@ -24,7 +24,7 @@ def distillation_config(root, teacher, cache, steps=150, **training):
         "distillation": {"teacher": str(teacher), "cache_dir": str(cache)},
         "validation": {"path": str(root / "valid")},
     }
-    path = root / f"distill-{steps}-{abs(hash(str(teacher))) % 10**6}-{cache.name}.yaml"
+    path = root / f"distill-{steps}-{teacher.name}-{cache.name}-{len(training)}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -58,9 +58,10 @@ def test_resumed_distillation_ends_where_an_uninterrupted_run_ends(cipher_setup,
     root, _ = cipher_setup
     teacher = cipher_run[0] / "final"
     cache = tmp_path / "cache"
-    run_train(distillation_config(root, teacher, cache, steps=100), tmp_path / "straight")
-    run_train(distillation_config(root, teacher, cache, steps=50), tmp_path / "resumed")
-    run_train(distillation_config(root, teacher, cache, steps=100), tmp_path / "resumed", "--resume")
+    short = {"eval_every": 20, "save_every": 20}
+    run_train(distillation_config(root, teacher, cache, steps=40, **short), tmp_path / "straight")
+    run_train(distillation_config(root, teacher, cache, steps=20, **short), tmp_path / "resumed")
+    run_train(distillation_config(root, teacher, cache, steps=40, **short), tmp_path / "resumed", "--resume")
     a = load_file(str(sorted((tmp_path / "straight" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     b = load_file(str(sorted((tmp_path / "resumed" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
