@@ -120,7 +120,7 @@ def validate_distillation(model, valid, folder: Path, max_sentences, target_lang
     """xsim error (%, mean of both directions) of the student's embeddings of each source language of `valid`
     against the teacher's of each target language (raw lines of `folder`, embedded once into `cache`):
     `valid_error` (mean) and `valid_error_<lang>`."""
-    from training.train import _pad, plan_batches, similarity_error
+    from training.train import embed_valid_rows, similarity_error
 
     was_training = model.training
     model.eval()
@@ -137,12 +137,7 @@ def validate_distillation(model, valid, folder: Path, max_sentences, target_lang
         for lang, rows in valid.rows.items():
             if lang in target_languages:
                 continue
-            out = torch.empty(len(rows), model.config.embedding_dim, device=device)
-            for batch in plan_batches(tokens.lengths[rows], vcfg["max_tokens"]):
-                ids = _pad([tokens.get(r) for r in rows[batch]], model.config.pad_token_id).to(device)
-                with accelerator.autocast():
-                    out[torch.from_numpy(batch).to(device)] = model.laser(
-                        ids, attention_mask=ids.ne(model.config.pad_token_id)).pooler_output.float()
+            out = embed_valid_rows(model, tokens, rows, accelerator, vcfg["max_tokens"])
             error = (similarity_error(out, cache[key]) + similarity_error(cache[key], out)) / 2
             per_lang.setdefault(lang, []).append(100 * error)
     model.train(was_training)

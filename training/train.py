@@ -456,20 +456,26 @@ def similarity_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @torch.no_grad()
+def embed_valid_rows(model: LaserForPreTraining, tokens, rows: np.ndarray, accelerator, max_tokens: int) -> torch.Tensor:
+    """`(len(rows), embedding_dim)` the encoder's embeddings of these rows of a validation token table."""
+    device = accelerator.device
+    out = torch.empty(len(rows), model.config.embedding_dim, device=device)
+    for batch in plan_batches(tokens.lengths[rows], max_tokens):
+        ids = _pad([tokens.get(r) for r in rows[batch]], model.config.pad_token_id).to(device)
+        with accelerator.autocast():
+            out[torch.from_numpy(batch).to(device)] = model.laser(
+                ids, attention_mask=ids.ne(model.config.pad_token_id)).pooler_output.float()
+    return out
+
+
+@torch.no_grad()
 def validate(model: LaserForPreTraining, valid, target_languages: list[str], accelerator, vcfg: dict) -> dict:
     """Similarity-search error (both directions, each language against each target language) and decoder loss."""
     was_training = model.training
     model.eval()
     device, tokens = accelerator.device, valid.tokens
-    emb = {}
-    for lang, rows in valid.rows.items():
-        out = torch.empty(len(rows), model.config.embedding_dim, device=device)
-        for batch in plan_batches(tokens.lengths[rows], vcfg["max_tokens"]):
-            ids = _pad([tokens.get(r) for r in rows[batch]], model.config.pad_token_id).to(device)
-            with accelerator.autocast():
-                out[torch.from_numpy(batch).to(device)] = model.laser(
-                    ids, attention_mask=ids.ne(model.config.pad_token_id)).pooler_output.float()
-        emb[lang] = out
+    emb = {lang: embed_valid_rows(model, tokens, rows, accelerator, vcfg["max_tokens"])
+           for lang, rows in valid.rows.items()}
     targets = [t for t in target_languages if t in valid.rows]
     result, per_lang = {}, {}
     for lang in valid.rows:
