@@ -113,7 +113,7 @@ def test_every_pickable_transformer_mode_keeps_the_cosine(mode, tmp_path):
 
 @pytest.mark.parametrize("mode", sorted(set(pickable_modes("bilstm")) - {"fp32"}))
 def test_every_pickable_mode_moves_the_shipped_models_tatoeba_error_at_most_0_2_points(mode):
-    """Every mode `auto` can pick for a BiLSTM, on laser-mini and 4 Tatoeba v1 languages (reported figures, not
+    """Every mode `auto` can pick for a BiLSTM, on laser-mini and 500 pairs of 4 Tatoeba v1 languages (reported, not
     tuning: the bound is the issue's; all 112 languages: benchmarks/speed_modes_fidelity.py)."""
     from evaluation.tatoeba import retrieval_errors, tatoeba_paths  # noqa: PLC0415
 
@@ -124,8 +124,9 @@ def test_every_pickable_mode_moves_the_shipped_models_tatoeba_error_at_most_0_2_
         errors[name] = []
         for lang in ("fra", "rus", "cmn", "tur"):
             src, eng = tatoeba_paths(root, lang)
-            errors[name].append(retrieval_errors(model.encode(read_lines(src), lang=lang),
-                                                 model.encode(read_lines(eng), lang="en")))
+            pairs = 500  # (of 1,000: half the time in emulated bf16 on a CPU without it; one flip is 0.05 points)
+            errors[name].append(retrieval_errors(model.encode(read_lines(src)[:pairs], lang=lang),
+                                                 model.encode(read_lines(eng)[:pairs], lang="en")))
     for key in ("xx2en_errors", "en2xx_errors"):
         rate = {name: 100 * np.mean([e[key] / e["n"] for e in errs]) for name, errs in errors.items()}
         assert abs(rate[mode] - rate["fp32"]) <= 0.2, (mode, key, rate)
