@@ -1,20 +1,22 @@
-"""#50 item 1: `training.objective: distillation` (training/distillation.py) on the synthetic cipher: a teacher (the
-cipher run's exported encoder) embeds English once, a fresh student learns `yy` (a reordered cipher it reads with
-its own vocabulary) against it; the teacher's targets are reused only by the same teacher on the same sentences."""
+"""#50 items 1-2: `training.objective: distillation` (training/distillation.py) on the synthetic cipher: a teacher
+(the cipher run's exported encoder) embeds English once, a fresh student learns the reordered cipher (under Wolof's
+code, read with its own vocabulary) against it; the teacher's targets are reused only by the same teacher on the same
+sentences; the student is routed to by its language beside the teacher; a resumed run ends bit-identical."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import yaml
 from safetensors.torch import load_file
 from test_training import cipher_run, cipher_setup, metrics, run_train  # noqa: F401 (fixtures)
 
 
-def distillation_config(root, teacher, cache, steps=150, **training):
+def distillation_config(root, teacher, cache, steps=150, source="wo", **training):
     cfg = {
         "seed": 5,
-        "data": {"corpora": [str(root / "train")], "source_languages": ["yy"], "target_languages": ["en"],
+        "data": {"corpora": [str(root / "train")], "source_languages": [source], "target_languages": ["en"],
                  "max_length": 40, "cache_dir": str(root / "cache")},
         "tokenizer": {"bpe_merges": 200},
         "model": {"embed_dim": 32, "hidden_size": 32, "num_layers": 1},
@@ -24,13 +26,22 @@ def distillation_config(root, teacher, cache, steps=150, **training):
         "distillation": {"teacher": str(teacher), "cache_dir": str(cache)},
         "validation": {"path": str(root / "valid")},
     }
-    path = root / f"distill-{steps}-{teacher.name}-{cache.name}-{len(training)}.yaml"
+    path = root / f"distill-{steps}-{teacher.name}-{cache.name}-{source}-{len(training)}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
 
+def wolof_cipher(root, into):
+    """The cipher's `yy` side under a real language's code (`wo`: Wolof), so that routing by language applies."""
+    for split in ("train", "valid"):
+        (into / split).mkdir(parents=True)
+        for lang, name in (("en", "en"), ("yy", "wo")):
+            (into / split / f"{name}.txt").write_text((root / split / f"{lang}.txt").read_text())
+    return into
+
+
 def test_student_learns_the_teachers_space_and_targets_are_tied_to_the_teacher(cipher_setup, cipher_run, tmp_path):  # noqa: F811
-    root, _ = cipher_setup
+    root = wolof_cipher(cipher_setup[0], tmp_path / "data")
     teacher = cipher_run[0] / "final"
     cache = tmp_path / "teacher-cache"
     log = run_train(distillation_config(root, teacher, cache), tmp_path / "student")
@@ -41,9 +52,20 @@ def test_student_learns_the_teachers_space_and_targets_are_tied_to_the_teacher(c
     assert valid[0] > 80 and valid[-1] < 20, valid
     losses = [r["loss"] for r in rows if "loss" in r]
     assert losses[-1] < 0.5 * losses[0], losses
-    summary = json.loads((tmp_path / "student" / "final" / "config.json").read_text())
-    assert summary["hidden_size"] == 32 and summary.get("decoder_num_layers", 0) == 0
-    assert "final" in {p.name for p in (tmp_path / "student").iterdir()}
+    config = json.loads((tmp_path / "student" / "final" / "config.json").read_text())
+    assert config["hidden_size"] == 32 and config.get("decoder_num_layers", 0) == 0
+
+    # the student is a model directory like a LASER3 student, its language recorded: the teacher and the student
+    # given together route each sentence by its language (as a model set does)
+    assert config["language"] == "wol_Latn"
+    from hf_laser import LaserEncoder  # noqa: PLC0415
+
+    valid = {lang: (root / "valid" / f"{lang}.txt").read_text().splitlines()[:50] for lang in ("en", "wo")}
+    routed = LaserEncoder.from_pretrained([teacher, tmp_path / "student" / "final"])
+    student = LaserEncoder.from_pretrained(tmp_path / "student" / "final")
+    teacher_alone = LaserEncoder.from_pretrained(teacher)
+    assert np.array_equal(routed.encode(valid["wo"], lang="wol_Latn"), student.encode(valid["wo"], lang="wol_Latn"))
+    assert np.array_equal(routed.encode(valid["en"], lang="en"), teacher_alone.encode(valid["en"], lang="en"))
 
     # the same teacher and sentences: the targets are reused, not computed again
     again = run_train(distillation_config(root, teacher, cache, steps=10), tmp_path / "student-2")
@@ -57,11 +79,12 @@ def test_student_learns_the_teachers_space_and_targets_are_tied_to_the_teacher(c
 def test_resumed_distillation_ends_where_an_uninterrupted_run_ends(cipher_setup, cipher_run, tmp_path):  # noqa: F811
     root, _ = cipher_setup
     teacher = cipher_run[0] / "final"
-    cache = tmp_path / "cache"
+    cache = tmp_path / "cache"  # (the cipher's yy side, no language of its own)
     short = {"eval_every": 20, "save_every": 20}
-    run_train(distillation_config(root, teacher, cache, steps=40, **short), tmp_path / "straight")
-    run_train(distillation_config(root, teacher, cache, steps=20, **short), tmp_path / "resumed")
-    run_train(distillation_config(root, teacher, cache, steps=40, **short), tmp_path / "resumed", "--resume")
+    run_train(distillation_config(root, teacher, cache, steps=40, source="yy", **short), tmp_path / "straight")
+    run_train(distillation_config(root, teacher, cache, steps=20, source="yy", **short), tmp_path / "resumed")
+    run_train(distillation_config(root, teacher, cache, steps=40, source="yy", **short), tmp_path / "resumed",
+              "--resume")
     a = load_file(str(sorted((tmp_path / "straight" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     b = load_file(str(sorted((tmp_path / "resumed" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

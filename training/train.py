@@ -692,6 +692,18 @@ def main(argv=None) -> int:
         eos_token_id=vocab["</s>"], unk_token_id=vocab["<unk>"], label_smoothing=tr["label_smoothing"],
         **{**cfg["model"], **({} if uses_decoder(tr["objective"]) else {"decoder_num_layers": 0})},
     )
+    if tr["objective"] == "distillation":
+        from hf_laser.languages import flores_codes
+
+        # a student of one language records it, as hf-laser convert does for LASER3 students: a list of directories
+        # (teacher, students) or a model set then routes that language's sentences to it
+        sources = sorted({s for s, _ in data.directions})
+        codes = flores_codes(sources[0]) if len(sources) == 1 else ()
+        if len(codes) == 1:
+            model_config.language = codes[0]
+        else:
+            log(f"the student's language is not recorded in its config (source languages {sources}): name it in "
+                "the model set (hf_laser.model_set.write_model_set) to route to it")
     model = LaserForPreTraining(model_config)
     if tr["init_from"] and not (args.resume and found):  # a resumed run's checkpoint already holds these weights
         init_encoder_from(model, REPO / tr["init_from"], tokenizer, log, widen=tr["init_widen"], seed=cfg["seed"])
