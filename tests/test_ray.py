@@ -1,0 +1,58 @@
+"""#49 item 1 (first part): `hf_laser.on_ray.embed_dataset` on a local Ray (the laptop as the default cluster): the
+embeddings of `LaserEncoder.encode` (to float round-off) through CPU tokenizer actors and encoder actors, every row
+once; Ray is imported only when asked for."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import SHARED, read_lines
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'hf-laser[ray]')")
+
+from hf_laser import DEFAULT_MODEL, LaserEncoder  # noqa: E402
+from hf_laser.on_ray import embed_dataset  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """No cluster address: embed_dataset starts Ray on this machine itself."""
+    assert not ray.is_initialized()
+    yield
+    ray.shutdown()
+
+
+def test_embeddings_are_encodes_every_row_once(local_ray):
+    lines = read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra")[:300]
+    lines += lines[:5]  # repeated sentences stay rows of their own
+    ds = ray.data.from_items([{"text": t, "row": i} for i, t in enumerate(lines)], override_num_blocks=4)
+    out = embed_dataset(ds, lang="fr", num_tokenizers=1, num_encoders=2, batch_size=64).take_all()
+    assert ray.is_initialized()  # started locally by embed_dataset
+    assert sorted(r["row"] for r in out) == list(range(len(lines)))
+    expected = LaserEncoder.from_pretrained(DEFAULT_MODEL).encode(lines, lang="fr")
+    got = np.stack([r["embedding"] for r in sorted(out, key=lambda r: r["row"])])
+    assert got.shape == expected.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert "input_ids" not in out[0] and out[0]["text"] == lines[out[0]["row"]]
+
+
+def test_loading_arguments_and_bad_columns(local_ray):
+    ds = ray.data.from_items([{"sentence": "Hello world."}, {"sentence": "How are you?"}])
+    with pytest.raises(ValueError, match="no column 'text'"):
+        embed_dataset(ds, lang="en")
+    out = embed_dataset(ds, lang="en", text_column="sentence", output_column="vec", keep_ids=True,
+                        speed="int8").take_all()
+    exact = LaserEncoder.from_pretrained(DEFAULT_MODEL).encode([r["sentence"] for r in out], lang="en")
+    cos = [float(np.dot(r["vec"], e) / np.linalg.norm(r["vec"]) / np.linalg.norm(e)) for r, e in zip(out, exact)]
+    assert min(cos) > 0.99 and list(out[0]["input_ids"])[-1] == 2  # int8: close, not equal; ids end with </s>
+
+
+def test_hf_laser_never_imports_ray_unless_asked():
+    code = ("import sys, hf_laser; from hf_laser import LaserEncoder; "
+            "e = LaserEncoder.from_pretrained(); e.encode(['a'], lang='en'); import hf_laser.cli; "
+            "print('ray' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "False", run.stderr
