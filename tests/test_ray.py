@@ -56,3 +56,49 @@ def test_hf_laser_never_imports_ray_unless_asked():
             "print('ray' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "False", run.stderr
+
+
+def test_files_on_ray_give_the_single_process_shards_and_skip_finished_ones(local_ray, tmp_path):
+    """`embed_files` (`hf-laser embed-shards --ray`): the same shard files, byte for byte, as single-process
+    `embed_shards` with the same shards (the NumPy engine, whose bits do not depend on the threads a process has:
+    PyTorch's differ by ~1e-7 between a 1-thread actor and a 2-thread process); a re-run computes nothing."""
+    from hf_laser.mining import embed_shards, load_embedding_shards  # noqa: PLC0415
+    from hf_laser.on_ray import embed_files  # noqa: PLC0415
+
+    text = tmp_path / "fr.txt"
+    text.write_text("\n".join(read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra")[:400]) + "\n")
+    manifests = embed_files([("fr", text)], tmp_path / "ray", num_shards=5, num_encoders=2, speed="fp32")
+    assert len(manifests) == 1 and manifests[0].is_file()
+    encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, speed="fp32")
+    for shard in range(5):
+        embed_shards(encoder, text, tmp_path / "single", "fr", rank=shard, world_size=5, num_shards=5,
+                     show_progress_bar=False)
+    ray_npy = sorted((tmp_path / "ray").glob("*.npy"))
+    assert [p.name for p in ray_npy] == [p.name for p in sorted((tmp_path / "single").glob("*.npy"))]
+    assert all(a.read_bytes() == (tmp_path / "single" / a.name).read_bytes() for a in ray_npy)
+    shards = load_embedding_shards(tmp_path / "ray", text, "fr")
+    got = shards.rows(0, len(shards))
+    np.testing.assert_allclose(got, encoder.encode(read_lines(text), lang="fr"), rtol=0, atol=1e-6)
+    before = {p: p.stat().st_mtime_ns for p in ray_npy}
+    embed_files([("fr", text)], tmp_path / "ray", num_shards=5, num_encoders=2, speed="fp32")
+    assert {p: p.stat().st_mtime_ns for p in ray_npy} == before  # finished shards are not computed again
+
+
+def test_embed_shards_command_on_ray(tmp_path):
+    """`hf-laser embed-shards --ray` (a local Ray of its own): the shards `hf-laser mine --embed-dir` reads."""
+    from hf_laser.mining import load_embedding_shards  # noqa: PLC0415
+
+    text = tmp_path / "de.txt"
+    text.write_text("\n".join(read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.deu-eng.deu")[:120]) + "\n")
+    run = subprocess.run([sys.executable, "-m", "hf_laser.cli", "embed-shards", "--ray", "--embed-dir",
+                          str(tmp_path / "emb"), "--input", "de", str(text), "--num-shards", "3"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "complete:" in run.stderr
+    shards = load_embedding_shards(tmp_path / "emb", text, "de")
+    expected = LaserEncoder.from_pretrained(DEFAULT_MODEL).encode(read_lines(text), lang="de")
+    np.testing.assert_allclose(shards.rows(0, len(shards)), expected, rtol=0, atol=1e-6)
+    clash = subprocess.run([sys.executable, "-m", "hf_laser.cli", "embed-shards", "--ray", "--nproc", "2",
+                            "--embed-dir", str(tmp_path / "x"), "--input", "de", str(text)],
+                           capture_output=True, text=True, timeout=300)
+    assert clash.returncode == 2 and "drop --nproc" in clash.stderr

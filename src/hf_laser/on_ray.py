@@ -9,6 +9,13 @@ model directory must be one every node can read (a shared filesystem) or a Hub i
 `import hf_laser` never imports Ray; this module does, when it is used (the `ray` extra: `pip install
 "hf-laser[ray]"`).
 
+Files (`hf-laser embed-shards --ray`): [`embed_files`] splits each text file into shards and gives them out to a
+pool of encoder actors, each shard embedded by [`hf_laser.mining.embed_shards`] (the `.npy` shards and manifest
+`hf-laser mine --embed-dir` reads, with their guarantees: an identity per shard, a finished shard of the same
+computation skipped on a re-run, an interrupted one resumed, one writer per shard). An actor that dies is restarted
+by Ray and its shard retried, which resumes it. The embedding directory must be one every node can write (a
+shared filesystem).
+
 Example:
 
 ```python
@@ -137,3 +144,83 @@ def embed_dataset(dataset, model: str | os.PathLike | None = None, *, lang: str 
             "max_sentence_tokens": DEFAULT_MAX_SENTENCE_TOKENS if max_sentence_tokens is None else max_sentence_tokens},
         batch_size=batch_size, batch_format="numpy", concurrency=num_encoders,
         num_gpus=gpus_per_encoder or None, num_cpus=0 if gpus_per_encoder else 1)
+
+
+class _ShardEncoder:
+    """Encoder actor of [`embed_files`]: one shard per call, through `embed_shards` (identity, resume, lock)."""
+
+    def __init__(self, model: str, loading: dict):
+        from .encoder import LaserEncoder
+
+        self.encoder = LaserEncoder.from_pretrained(model, **loading)
+
+    def embed(self, path: str, embed_dir: str, lang: str, shard: int, num_shards: int, options: dict) -> str | None:
+        from .mining import embed_shards
+
+        # shard `shard` of `num_shards` is what rank `shard` of a world of `num_shards` embeds: exactly that shard
+        manifest = embed_shards(self.encoder, path, embed_dir, lang, rank=shard, world_size=num_shards,
+                                num_shards=num_shards, show_progress_bar=False, **options)
+        return None if manifest is None else str(manifest)
+
+
+def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike | None = None, *,
+                num_shards: int | None = None, num_encoders: int | None = None, gpus_per_encoder: float = 0.0,
+                pretokenized: bool = False, fp16: bool = False, max_tokens: int | None = None,
+                max_sentence_tokens: int | None = None, say=None, **loading) -> list[Path]:
+    """Embeds text files into `embed_dir` on Ray (see the module docstring) and returns their shard manifests.
+
+    Args:
+        inputs: `(lang, path)` pairs (as `hf-laser embed-shards --input LANG FILE`).
+        embed_dir: where the shards go (readable and writable by every node).
+        model: as in [`embed_dataset`].
+        num_shards: shards per file (default: 4 per encoder actor, so that a slow or restarted actor delays little).
+        num_encoders, gpus_per_encoder, **loading: as in [`embed_dataset`].
+        pretokenized, fp16, max_tokens, max_sentence_tokens: as for `embed_shards`.
+        say: called with a line per finished file (None: quiet).
+    """
+    ray = _ray()
+    from .defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
+    from .models import resolve_model
+
+    inputs = [(lang, str(Path(path).resolve())) for lang, path in inputs]
+    for _, path in inputs:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"input file not found: {path}")
+    path = resolve_model(model, who="embed_files")
+    if Path(str(path)).expanduser().exists():
+        path = str(Path(str(path)).expanduser().resolve())
+    if gpus_per_encoder:
+        loading.setdefault("device", "cuda")
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
+    if num_encoders is None:
+        gpus = ray.cluster_resources().get("GPU", 0) if gpus_per_encoder else 0
+        num_encoders = max(1, int(gpus // gpus_per_encoder)) if gpus else 1
+    num_shards = num_shards or 4 * num_encoders
+    embed_dir = str(Path(embed_dir).resolve())
+    Path(embed_dir).mkdir(parents=True, exist_ok=True)
+    options = {"pretokenized": pretokenized, "fp16": fp16,
+               "max_tokens": DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+               "max_sentence_tokens": DEFAULT_MAX_SENTENCE_TOKENS if max_sentence_tokens is None
+               else max_sentence_tokens}
+    # a dead actor is restarted and its call retried: the shard resumes from what encode_file saved
+    actor = ray.remote(num_gpus=gpus_per_encoder or None, num_cpus=0 if gpus_per_encoder else 1, max_restarts=-1,
+                       max_task_retries=-1)(_ShardEncoder)
+    pool = ray.util.ActorPool([actor.remote(path, loading) for _ in range(num_encoders)])
+    jobs = [(p, embed_dir, lang, shard, num_shards, options) for lang, p in inputs for shard in range(num_shards)]
+    manifests = {}
+    for result in pool.map_unordered(lambda a, job: a.embed.remote(*job), jobs):
+        if result is not None and result not in manifests:
+            manifests[result] = True
+            if say:
+                say(f"complete: {result}")
+    from .mining import load_embedding_shards
+    from .mining.shards import _manifest_path, embedding_key
+
+    out = []
+    for lang, p in inputs:
+        if load_embedding_shards(embed_dir, p, lang) is None:
+            raise RuntimeError(f"the shards of {p} are incomplete after every job finished")
+        out.append(_manifest_path(Path(embed_dir), embedding_key(p, lang)))
+    return out
+
