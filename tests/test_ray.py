@@ -125,11 +125,23 @@ def test_an_encoder_killed_mid_job_is_restarted_and_the_output_is_unchanged(loca
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
             if list((tmp_path / "ray").glob("*.npy.partial")):  # a shard is being embedded
-                pids = subprocess.run(["pgrep", "-f", "ray::_ShardEncoder"], capture_output=True, text=True).stdout
-                if pids.split():
-                    os.kill(int(pids.split()[0]), signal.SIGKILL)
-                    killed.append(int(pids.split()[0]))
+                pids = encoder_pids()
+                if pids:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed.append(pids[0])
             time.sleep(0.05)
+
+    def encoder_pids() -> list[int]:
+        """Processes whose title Ray set to the encoder actor's (`ray::_ShardEncoder...`)."""
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read().startswith(b"ray::_ShardEncoder"):
+                        found.append(int(entry))
+            except (OSError, ValueError):
+                continue
+        return found
 
     killer = threading.Thread(target=kill_one_encoder)
     killer.start()
