@@ -4,6 +4,7 @@ once; Ray is imported only when asked for."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -108,7 +109,6 @@ def test_an_encoder_killed_mid_job_is_restarted_and_the_output_is_unchanged(loca
     """Item 4 on one machine: an encoder actor's process is killed (SIGKILL) while shards are being embedded; Ray
     restarts it, its shard is retried and resumes, the job finishes, and every shard is byte for byte what an
     undisturbed single-process run writes: no row lost or duplicated."""
-    import os  # noqa: PLC0415
     import signal  # noqa: PLC0415
     import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
@@ -125,29 +125,90 @@ def test_an_encoder_killed_mid_job_is_restarted_and_the_output_is_unchanged(loca
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
             if list((tmp_path / "ray").glob("*.npy.partial")):  # a shard is being embedded
-                pids = encoder_pids()
+                pids = _encoder_pids()
                 if pids:
                     os.kill(pids[0], signal.SIGKILL)
                     killed.append(pids[0])
             time.sleep(0.05)
-
-    def encoder_pids() -> list[int]:
-        """Processes whose title Ray set to the encoder actor's (`ray::_ShardEncoder...`)."""
-        found = []
-        for entry in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if f.read().startswith(b"ray::_ShardEncoder"):
-                        found.append(int(entry))
-            except (OSError, ValueError):
-                continue
-        return found
 
     killer = threading.Thread(target=kill_one_encoder)
     killer.start()
     embed_files([("fr", text)], tmp_path / "ray", num_shards=4, num_encoders=2, speed="fp32")
     killer.join()
     assert killed, "no encoder was killed: the test did not test anything"
+    encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, speed="fp32")
+    for shard in range(4):
+        embed_shards(encoder, text, tmp_path / "single", "fr", rank=shard, world_size=4, num_shards=4,
+                     show_progress_bar=False)
+    ray_npy = sorted((tmp_path / "ray").glob("*.npy"))
+    assert len(ray_npy) == 4
+    assert all(a.read_bytes() == (tmp_path / "single" / a.name).read_bytes() for a in ray_npy)
+
+
+def _encoder_pids() -> list[int]:
+    """Processes whose title Ray set to the encoder actor's (`ray::_ShardEncoder...`)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if f.read().startswith(b"ray::_ShardEncoder"):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def test_a_worker_node_removed_mid_job_on_a_multi_node_cluster(tmp_path):
+    """Item 4 on a real multi-node Ray cluster on this machine (`ray.cluster_utils.Cluster`: a head without CPUs
+    and three worker nodes of one CPU each, each its own raylet): while shards are being embedded, the node whose
+    raylet runs a busy encoder is removed without grace; the encoder is restarted on the free node, its shard
+    retried and resumed, and every shard is byte for byte what an undisturbed single-process run writes."""
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from ray.cluster_utils import Cluster  # noqa: PLC0415
+
+    from hf_laser.mining import embed_shards  # noqa: PLC0415
+    from hf_laser.on_ray import embed_files  # noqa: PLC0415
+
+    if ray.is_initialized():  # (another test's local Ray, in this process)
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        nodes = [cluster.add_node(num_cpus=1) for _ in range(3)]
+        ray.init(address=cluster.address, log_to_driver=False)
+        cluster.wait_for_nodes()
+        text = tmp_path / "fr.txt"
+        text.write_text("\n".join(read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra") * 4) + "\n")
+        removed = []
+
+        def remove_a_busy_node():
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not removed:
+                if list((tmp_path / "ray").glob("*.npy.partial")):  # a shard is being embedded
+                    raylets = {_parent(pid) for pid in _encoder_pids()}
+                    busy = [n for n in nodes if n.all_processes["raylet"][0].process.pid in raylets]
+                    if busy:
+                        cluster.remove_node(busy[0], allow_graceful=False)
+                        removed.append(busy[0])
+                time.sleep(0.02)
+
+        remover = threading.Thread(target=remove_a_busy_node)
+        remover.start()
+        embed_files([("fr", text)], tmp_path / "ray", num_shards=4, num_encoders=2, speed="fp32")
+        remover.join()
+        assert removed, "no node was removed: the test did not test anything"
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
     encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, speed="fp32")
     for shard in range(4):
         embed_shards(encoder, text, tmp_path / "single", "fr", rank=shard, world_size=4, num_shards=4,
