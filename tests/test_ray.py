@@ -105,37 +105,34 @@ def test_embed_shards_command_on_ray(tmp_path):
     assert clash.returncode == 2 and "drop --nproc" in clash.stderr
 
 
-def test_an_encoder_killed_mid_job_is_restarted_and_the_output_is_unchanged(local_ray, tmp_path):
-    """Item 4 on one machine: an encoder actor's process is killed (SIGKILL) while shards are being embedded; Ray
-    restarts it, its shard is retried and resumes, the job finishes, and every shard is byte for byte what an
-    undisturbed single-process run writes: no row lost or duplicated."""
-    import signal  # noqa: PLC0415
+def _embed_while_disturbed(tmp_path, text, disturb) -> None:
+    """`embed_files` of `text` into `tmp_path/ray` (4 shards, 2 encoders, the NumPy engine), calling `disturb()`
+    while a shard is being embedded until it returns True (once); fails if it never did."""
     import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
 
-    from hf_laser.mining import embed_shards  # noqa: PLC0415
     from hf_laser.on_ray import embed_files  # noqa: PLC0415
 
-    lines = read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra")
-    text = tmp_path / "fr.txt"
-    text.write_text("\n".join(lines * 4) + "\n")  # 4,000 lines: shards long enough to be killed in
-    killed = []
+    done = []
 
-    def kill_one_encoder():
+    def watch():
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not killed:
-            if list((tmp_path / "ray").glob("*.npy.partial")):  # a shard is being embedded
-                pids = _encoder_pids()
-                if pids:
-                    os.kill(pids[0], signal.SIGKILL)
-                    killed.append(pids[0])
-            time.sleep(0.05)
+        while time.monotonic() < deadline and not done:
+            if list((tmp_path / "ray").glob("*.npy.partial")) and disturb():  # a shard is being embedded
+                done.append(True)
+            time.sleep(0.02)
 
-    killer = threading.Thread(target=kill_one_encoder)
-    killer.start()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     embed_files([("fr", text)], tmp_path / "ray", num_shards=4, num_encoders=2, speed="fp32")
-    killer.join()
-    assert killed, "no encoder was killed: the test did not test anything"
+    watcher.join()
+    assert done, "nothing was disturbed: the test did not test anything"
+
+
+def _assert_shards_as_single_process(tmp_path, text) -> None:
+    """Every shard in `tmp_path/ray` byte for byte what single-process `embed_shards` writes (NumPy engine)."""
+    from hf_laser.mining import embed_shards  # noqa: PLC0415
+
     encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, speed="fp32")
     for shard in range(4):
         embed_shards(encoder, text, tmp_path / "single", "fr", rank=shard, world_size=4, num_shards=4,
@@ -143,6 +140,29 @@ def test_an_encoder_killed_mid_job_is_restarted_and_the_output_is_unchanged(loca
     ray_npy = sorted((tmp_path / "ray").glob("*.npy"))
     assert len(ray_npy) == 4
     assert all(a.read_bytes() == (tmp_path / "single" / a.name).read_bytes() for a in ray_npy)
+
+
+def _long_text(tmp_path):
+    text = tmp_path / "fr.txt"  # 4,000 lines: shards long enough to be disturbed in
+    text.write_text("\n".join(read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra") * 4) + "\n")
+    return text
+
+
+def test_an_encoder_killed_mid_job_is_restarted_and_the_output_is_unchanged(local_ray, tmp_path):
+    """Item 4 on one machine: an encoder actor's process is killed (SIGKILL) while shards are being embedded; Ray
+    restarts it, its shard is retried and resumes, the job finishes, and every shard is byte for byte what an
+    undisturbed single-process run writes: no row lost or duplicated."""
+    import signal  # noqa: PLC0415
+
+    def kill_an_encoder():
+        pids = _encoder_pids()
+        if pids:
+            os.kill(pids[0], signal.SIGKILL)
+        return bool(pids)
+
+    text = _long_text(tmp_path)
+    _embed_while_disturbed(tmp_path, text, kill_an_encoder)
+    _assert_shards_as_single_process(tmp_path, text)
 
 
 def _encoder_pids() -> list[int]:
@@ -171,48 +191,26 @@ def test_a_worker_node_removed_mid_job_on_a_multi_node_cluster(tmp_path):
     and three worker nodes of one CPU each, each its own raylet): while shards are being embedded, the node whose
     raylet runs a busy encoder is removed without grace; the encoder is restarted on the free node, its shard
     retried and resumed, and every shard is byte for byte what an undisturbed single-process run writes."""
-    import threading  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
     from ray.cluster_utils import Cluster  # noqa: PLC0415
-
-    from hf_laser.mining import embed_shards  # noqa: PLC0415
-    from hf_laser.on_ray import embed_files  # noqa: PLC0415
 
     if ray.is_initialized():  # (another test's local Ray, in this process)
         ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    text = _long_text(tmp_path)
     try:
         nodes = [cluster.add_node(num_cpus=1) for _ in range(3)]
         ray.init(address=cluster.address, log_to_driver=False)
         cluster.wait_for_nodes()
-        text = tmp_path / "fr.txt"
-        text.write_text("\n".join(read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra") * 4) + "\n")
-        removed = []
 
         def remove_a_busy_node():
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not removed:
-                if list((tmp_path / "ray").glob("*.npy.partial")):  # a shard is being embedded
-                    raylets = {_parent(pid) for pid in _encoder_pids()}
-                    busy = [n for n in nodes if n.all_processes["raylet"][0].process.pid in raylets]
-                    if busy:
-                        cluster.remove_node(busy[0], allow_graceful=False)
-                        removed.append(busy[0])
-                time.sleep(0.02)
+            raylets = {_parent(pid) for pid in _encoder_pids()}
+            busy = [n for n in nodes if n.all_processes["raylet"][0].process.pid in raylets]
+            if busy:
+                cluster.remove_node(busy[0], allow_graceful=False)
+            return bool(busy)
 
-        remover = threading.Thread(target=remove_a_busy_node)
-        remover.start()
-        embed_files([("fr", text)], tmp_path / "ray", num_shards=4, num_encoders=2, speed="fp32")
-        remover.join()
-        assert removed, "no node was removed: the test did not test anything"
+        _embed_while_disturbed(tmp_path, text, remove_a_busy_node)
     finally:
         ray.shutdown()
         cluster.shutdown()
-    encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, speed="fp32")
-    for shard in range(4):
-        embed_shards(encoder, text, tmp_path / "single", "fr", rank=shard, world_size=4, num_shards=4,
-                     show_progress_bar=False)
-    ray_npy = sorted((tmp_path / "ray").glob("*.npy"))
-    assert len(ray_npy) == 4
-    assert all(a.read_bytes() == (tmp_path / "single" / a.name).read_bytes() for a in ray_npy)
+    _assert_shards_as_single_process(tmp_path, text)
