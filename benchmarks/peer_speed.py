@@ -12,8 +12,8 @@ embed the same raw Tatoeba v1 sentences, one `embed_sentences` / `encode` call p
 process with the same number of threads; the variants are run in turn, `--rounds` times, so that the machine's
 drift falls on all of them alike. Timed: preprocessing and encoding (model loading apart, after one warm-up call on
 8 sentences). Printed per variant: best and median sentences/s over the rounds, speed-up over the (first) peer, and
-the mean / min cosine of its embeddings to hf_laser fp32 (the same weights: the peer's preprocessing differs in
-places from the original's, see `benchmarks/preprocessing_agreement.py`, so its cosine is not 1).
+the mean / min cosine of its embeddings to hf_laser fp32 (the same weights; the peer has its own preprocessing,
+sacremoses and subword-nmt, so its cosine need not be 1).
 
 `--model DIR` (repeatable) measures hf_laser's modes on other model directories too (laser-mini, a converted LASER3
 student: the peer runs only the original-format checkpoint); for every model the table names the mode that

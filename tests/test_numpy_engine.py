@@ -107,7 +107,7 @@ def test_batch_order_and_threads(tmp_path):
 
 def test_deeper_layers_project_real_tokens_only(tmp_path, monkeypatch):
     """One long sentence among short ones: the deeper layers' input projections cover the batch's real tokens, not
-    its padded grid (60 x 120 positions here; 2.2x slower on the full-size model when they did), with PyTorch's
+    its padded grid (60 x 120 positions here; 1.7-2.6x slower than PyTorch on the full-size model when they did), with PyTorch's
     embeddings to round-off."""
     from hf_laser import bilstm_numpy
 

@@ -45,6 +45,25 @@ def _ray():
     return ray
 
 
+def _start(model, who: str, num_encoders: int | None, gpus_per_encoder: float, loading: dict) -> tuple[str, int]:
+    """`(model path every node can use, number of encoder actors)`; connects to Ray (`RAY_ADDRESS`, else a local
+    Ray on this machine) unless it is running; with GPUs the encoders' default device is `"cuda"` (in `loading`)."""
+    ray = _ray()
+    from .models import resolve_model
+
+    path = resolve_model(model, who=who)
+    if Path(str(path)).expanduser().exists():
+        path = str(Path(str(path)).expanduser().resolve())  # the same path on every node of a shared filesystem
+    if gpus_per_encoder:
+        loading.setdefault("device", "cuda")
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)  # none: a local Ray, this machine
+    if num_encoders is None:
+        gpus = ray.cluster_resources().get("GPU", 0) if gpus_per_encoder else 0
+        num_encoders = max(1, int(gpus // gpus_per_encoder)) if gpus else 1
+    return str(path), num_encoders
+
+
 class _Tokenize:
     """CPU actor: a column of raw sentences -> a column of token ids (object array of int32 arrays)."""
 
@@ -113,25 +132,14 @@ def embed_dataset(dataset, model: str | os.PathLike | None = None, *, lang: str 
     Returns:
         A `ray.data.Dataset`: the input's columns plus `output_column`.
     """
-    ray = _ray()
     from .defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
     from .languages import check_language
-    from .models import resolve_model
 
     if text_column not in dataset.columns(fetch_if_missing=True):
         raise ValueError(f"the dataset has no column {text_column!r} (its columns: {dataset.columns()})")
     if lang is not None:
         lang = check_language(lang)
-    path = resolve_model(model, who="embed_dataset")
-    if Path(str(path)).expanduser().exists():
-        path = str(Path(str(path)).expanduser().resolve())  # the same path on every node of a shared filesystem
-    if gpus_per_encoder:
-        loading.setdefault("device", "cuda")
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)  # none: a local Ray, this machine
-    if num_encoders is None:
-        gpus = ray.cluster_resources().get("GPU", 0) if gpus_per_encoder else 0
-        num_encoders = max(1, int(gpus // gpus_per_encoder)) if gpus else 1
+    path, num_encoders = _start(model, "embed_dataset", num_encoders, gpus_per_encoder, loading)
     ids_column = "input_ids"
     tokenized = dataset.map_batches(
         _Tokenize, fn_constructor_kwargs={
@@ -180,22 +188,12 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
     """
     ray = _ray()
     from .defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
-    from .models import resolve_model
 
     inputs = [(lang, str(Path(path).resolve())) for lang, path in inputs]
     for _, path in inputs:
         if not Path(path).is_file():
             raise FileNotFoundError(f"input file not found: {path}")
-    path = resolve_model(model, who="embed_files")
-    if Path(str(path)).expanduser().exists():
-        path = str(Path(str(path)).expanduser().resolve())
-    if gpus_per_encoder:
-        loading.setdefault("device", "cuda")
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
-    if num_encoders is None:
-        gpus = ray.cluster_resources().get("GPU", 0) if gpus_per_encoder else 0
-        num_encoders = max(1, int(gpus // gpus_per_encoder)) if gpus else 1
+    path, num_encoders = _start(model, "embed_files", num_encoders, gpus_per_encoder, loading)
     num_shards = num_shards or 4 * num_encoders
     embed_dir = str(Path(embed_dir).resolve())
     Path(embed_dir).mkdir(parents=True, exist_ok=True)
