@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .mining.embeddings import Embeddings
+
 
 def _ray():
     try:
@@ -222,3 +224,155 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
         out.append(_manifest_path(Path(embed_dir), embedding_key(p, lang)))
     return out
 
+
+
+
+class _Searcher:
+    """Searcher actor of [`knn_search_on_ray`]: the faiss indexes of some database shards (rows `[start, stop)` each),
+    built when the actor starts (again after a restart: the same rows, the same seed, the same indexes), answering
+    query blocks with each shard's top-k."""
+
+    def __init__(self, shards: list, index: str, device: str | None, refine: bool | None, options: dict):
+        from .mining.index import _is_exact, build_index
+
+        ray = _ray()
+        self.normalize, self.shards = options["normalize"], []
+        for database, start, stop in shards:
+            database = ray.get(database)  # (references inside a list are not resolved by Ray itself)
+            built, factory = build_index(database, index, start=start, stop=stop, device=device, **options)
+            self.shards.append((built, database, start, stop, not _is_exact(factory) if refine is None else refine))
+
+    def ready(self) -> bool:
+        return True
+
+    def search(self, queries: np.ndarray, k: int) -> list:
+        from .mining.search import search_shard
+
+        return [search_shard(built, queries, min(k, stop - start), start, db, refine, self.normalize)
+                for built, db, start, stop, refine in self.shards]
+
+
+class _RowWindow(Embeddings):
+    """Rows `[start, start + len(rows))` of a database held in memory, addressed by their database row numbers (what
+    a searcher actor is sent when the database is not a set of `.npy` files it can open itself)."""
+
+    def __init__(self, rows: np.ndarray, start: int):
+        self.window, self.start = rows, start
+
+    def __len__(self) -> int:
+        return self.start + len(self.window)
+
+    @property
+    def dim(self) -> int:
+        return self.window.shape[1]
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        return np.array(self.window[start - self.start: stop - self.start], dtype=np.float32)
+
+    def take(self, indices: np.ndarray) -> np.ndarray:
+        return np.array(self.window[np.asarray(indices, dtype=np.int64) - self.start], dtype=np.float32)
+
+
+def _opens_its_files(db) -> bool:
+    """`db` travels as file paths (every row in whole `.npy` files), not as its rows."""
+    from .mining.embeddings import ShardedEmbeddings, _is_whole_npy_map, _RowSubset
+
+    if isinstance(db, _RowSubset):
+        return _opens_its_files(db.base)
+    return isinstance(db, ShardedEmbeddings) and all(_is_whole_npy_map(a) for a in db.shards)
+
+
+def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = None, shard_size: int | None = None,
+                      cpus_per_searcher: float = 1.0, gpus_per_searcher: float = 0.0, index: str = "flat",
+                      device: str | None = None, query_batch_size: int | None = None, nlist: int | None = None,
+                      nprobe: int | None = None, pq_m: int | None = None, train_size: int | None = None,
+                      refine: bool | None = None, gpu_fp16: bool = False, normalize: bool = True,
+                      show_progress: bool | None = None, desc: str = "kNN", stats: dict | None = None,
+                      in_flight: int = 4):
+    """[`hf_laser.mining.knn_search`] with the database's index shards held by Ray actors: `num_searchers` actors
+    (default: one per CPU slot, or GPU with `gpus_per_searcher`, of the cluster, at most 64), the database split into
+    shards of `shard_size` rows (default: one shard per actor) given out to them in turn; each actor builds its
+    shards' faiss indexes when it starts and answers query blocks, and the driver merges the shards' top-k in shard
+    order, so the result is bit for bit `knn_search(..., shard_size=...)` with the same shards. An actor that dies
+    is restarted (its indexes rebuilt, the same) and its blocks retried.
+
+    The database travels to the actors as file paths when it is `.npy` files (embedding shards, `encode_file`
+    outputs: the path must be readable on every node), else as rows through Ray's object store.
+
+    Returns:
+        `(sims, inds)` as `knn_search`: float32 / int64 `[Nq, k]`.
+    """
+    import time
+
+    from tqdm.auto import tqdm
+
+    from .mining.index import _resolve_device
+    from .mining.search import _merge_into, _query_block, _tqdm_disable, check_knn_inputs, database_shards
+
+    ray = _ray()
+    q, db, k = check_knn_inputs(queries, database, k)
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
+    if num_searchers is None:
+        slots = ray.cluster_resources().get("GPU" if gpus_per_searcher else "CPU", 1)
+        num_searchers = int(min(64, max(1, slots // (gpus_per_searcher or cpus_per_searcher))))
+    if shard_size is None:
+        shard_size = -(-len(db) // max(1, min(int(num_searchers), len(db))))
+    shards = database_shards(len(db), shard_size)
+    num_searchers = min(int(num_searchers), len(shards))
+    dev = "gpu" if gpus_per_searcher else _resolve_device("cpu" if device in (None, "auto") else device)
+    if query_batch_size is None:
+        query_batch_size = 131072 if dev == "gpu" else 8192
+    options = {"nlist": nlist, "nprobe": nprobe, "pq_m": pq_m, "train_size": train_size, "gpu_fp16": gpu_fp16,
+               "normalize": normalize}
+    actor = ray.remote(num_cpus=cpus_per_searcher, num_gpus=gpus_per_searcher or None, max_restarts=-1,
+                       max_task_retries=-1)(_Searcher)
+    t_build = time.perf_counter()
+    # the references stay held here for the whole search: a restarted actor rebuilds its indexes from them
+    shared = ray.put(db) if _opens_its_files(db) else None
+    rows = [(shared or ray.put(_RowWindow(db.rows(a, b), a)), a, b) for a, b in shards]
+    held = [rows[i::num_searchers] for i in range(num_searchers)]  # shard i -> actor i % num_searchers
+    searchers = [actor.remote(mine, index, dev, refine, options) for mine in held]
+    ray.get([s.ready.remote() for s in searchers])
+    t_search = time.perf_counter()
+    out_sims = np.full((len(q), k), -np.inf, dtype=np.float32)
+    out_inds = np.full((len(q), k), -1, dtype=np.int64)
+    pending = []
+
+    def collect(qa, qb, futures):
+        answers = ray.get(futures)
+        for i in range(len(shards)):  # in shard order, as knn_search merges them
+            sims, inds = answers[i % num_searchers][i // num_searchers]
+            _merge_into(out_sims[qa:qb], out_inds[qa:qb], sims, inds, len(shards) == 1)
+
+    blocks = -(-len(q) // query_batch_size)
+    with tqdm(total=blocks, desc=desc, unit="batch", disable=_tqdm_disable(show_progress)) as bar:
+        for qa, block in q.iter_blocks(query_batch_size):
+            ref = ray.put(_query_block(block, normalize))
+            pending.append((qa, qa + len(block), [s.search.remote(ref, k) for s in searchers]))
+            while len(pending) > in_flight:
+                collect(*pending.pop(0))
+                bar.update(1)
+        while pending:
+            collect(*pending.pop(0))
+            bar.update(1)
+    for s in searchers:
+        ray.kill(s)
+    if stats is not None:
+        stats["build_s"] = stats.get("build_s", 0.0) + (t_search - t_build)
+        stats["search_s"] = stats.get("search_s", 0.0) + (time.perf_counter() - t_search)
+    del rows, held
+    return out_sims, out_inds
+
+
+def mine_on_ray(src_embeddings, tgt_embeddings, *, num_searchers: int | None = None, cpus_per_searcher: float = 1.0,
+                gpus_per_searcher: float = 0.0, **mine_kwargs):
+    """[`hf_laser.mining.mine`] with both kNN directions searched by [`knn_search_on_ray`]'s actors (the margin
+    scores and the selection on the driver, as single-process `mine`). Returns its `MinedPairs`."""
+    from functools import partial
+
+    from .mining import mine
+
+    return mine(src_embeddings, tgt_embeddings, **mine_kwargs,
+                knn=partial(knn_search_on_ray, num_searchers=num_searchers, cpus_per_searcher=cpus_per_searcher,
+                            gpus_per_searcher=gpus_per_searcher))

@@ -216,3 +216,35 @@ def spool_stream(source, name: str) -> str:
                           "directory with more space, or give the input as a file") from None
         raise
     return tmp.name
+
+
+def add_ray_arguments(parser: argparse.ArgumentParser, *, searchers: bool = False) -> None:
+    """`--ray [ADDRESS]` and the actor counts of `hf_laser.on_ray` (`searchers`: the kNN search's too)."""
+    parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                        help="run on Ray (the ray extra): the cluster at ADDRESS, else $RAY_ADDRESS's, else a local "
+                             "Ray on this machine; the shards are given out to encoder actors (a dead one is "
+                             "restarted and its shard resumed); --embed-dir must be on a filesystem every node shares")
+    parser.add_argument("--num-encoders", type=int, default=None,
+                        help="with --ray: encoder actors (default: one per GPU with --gpus-per-encoder, else 1)")
+    parser.add_argument("--gpus-per-encoder", type=float, default=0.0, help="with --ray: GPUs per encoder actor")
+    if searchers:
+        parser.add_argument("--num-searchers", type=int, default=None,
+                            help="with --ray: kNN actors, each holding a shard of the searched side's index "
+                                 "(default: one per CPU slot of the cluster, or per GPU with --gpus-per-searcher)")
+        parser.add_argument("--gpus-per-searcher", type=float, default=0.0, help="with --ray: GPUs per kNN actor")
+
+
+def connect_ray(args: argparse.Namespace):
+    """Ray, connected to `--ray ADDRESS` (else `$RAY_ADDRESS`, else started on this machine when first used)."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray needs Ray: pip install \"hf-laser[ray]\"") from None
+    if args.ray != "local" and not ray.is_initialized():
+        ray.init(address=args.ray, log_to_driver=False)
+    return ray
+
+
+def ray_on_a_cluster(args: argparse.Namespace) -> bool:
+    """`--ray` names a cluster (an address, or `$RAY_ADDRESS`) rather than a Ray started on this machine."""
+    return args.ray != "local" or bool(os.environ.get("RAY_ADDRESS"))

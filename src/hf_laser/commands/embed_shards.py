@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..defaults import DEFAULT_MAX_TOKENS
 from ..errors import UsageError
-from .common import (add_max_sentence_tokens_argument, check_device_arg, check_encoding_args, check_lang_arg,
-                     load_encoder_for_cli, max_sentence_tokens_arg)
+from .common import (add_max_sentence_tokens_argument, add_ray_arguments, add_speed_argument, check_device_arg,
+                     check_encoding_args, check_lang_arg, connect_ray, load_encoder_for_cli, max_sentence_tokens_arg)
 
 WHO = "hf-laser embed-shards"
 
@@ -25,18 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--num-shards", type=int, default=None, help="shards per file (default: world size)")
     parser.add_argument("--nproc", type=int, default=None,
                         help="start this many local worker processes (ranks 0..N-1) instead of being one rank")
-    parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                        help="run on Ray (the ray extra): the cluster at ADDRESS, else $RAY_ADDRESS's, else a local "
-                             "Ray on this machine; the shards are given out to encoder actors (a dead one is "
-                             "restarted and its shard resumed); --embed-dir must be on a filesystem every node shares")
-    parser.add_argument("--num-encoders", type=int, default=None,
-                        help="with --ray: encoder actors (default: one per GPU with --gpus-per-encoder, else 1)")
-    parser.add_argument("--gpus-per-encoder", type=float, default=0.0, help="with --ray: GPUs per encoder actor")
+    add_ray_arguments(parser)
     parser.add_argument("--rank", type=int, default=None, help="this process's rank (default: $RANK or 0)")
     parser.add_argument("--world-size", type=int, default=None, help="number of processes (default: $WORLD_SIZE or 1)")
     parser.add_argument("--device", default=None,
                         help="encoder device (default: cuda:$LOCAL_RANK when CUDA is available, else cpu)")
     parser.add_argument("--fp16", action="store_true")
+    add_speed_argument(parser)
     parser.add_argument("--pretokenized", action="store_true")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                         help=f"token budget per batch, padding included (default {DEFAULT_MAX_TOKENS:,}, as the "
@@ -44,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_max_sentence_tokens_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
     return parser
+
+
+def _speed(args: argparse.Namespace) -> dict:
+    return {"speed": args.speed} if getattr(args, "speed", None) else {}
 
 
 def _worker(args: argparse.Namespace, rank: int, world: int, threads: int) -> None:
@@ -80,19 +79,13 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "ray", None):
         if args.nproc or args.rank is not None or args.world_size is not None:
             raise UsageError("--ray gives the shards out itself: drop --nproc / --rank / --world-size")
-        try:
-            import ray
-        except ImportError:
-            raise UsageError("--ray needs Ray: pip install \"hf-laser[ray]\"") from None
-
+        connect_ray(args)
         from ..on_ray import embed_files
 
-        if args.ray != "local":
-            ray.init(address=args.ray, log_to_driver=False)
         embed_files(args.input, args.embed_dir, model, num_shards=args.num_shards, num_encoders=args.num_encoders,
                     gpus_per_encoder=args.gpus_per_encoder, pretokenized=args.pretokenized, fp16=args.fp16,
                     max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args),
-                    say=lambda m: print(f"{WHO}: {m}", file=sys.stderr),
+                    say=lambda m: print(f"{WHO}: {m}", file=sys.stderr), **_speed(args),
                     **({"device": args.device} if args.device else {}))
         return 0
     if getattr(args, "nproc", None):
@@ -125,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank)) % torch.cuda.device_count()}"
         else:
             device = "cpu"
-    encoder = load_encoder_for_cli(model, WHO, pretokenized=args.pretokenized, device=device)
+    encoder = load_encoder_for_cli(model, WHO, pretokenized=args.pretokenized, device=device, **_speed(args))
     show = False if args.no_progress else None
     for lang, path in args.input:
         manifest = embed_shards(

@@ -16,8 +16,10 @@ from pathlib import Path
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_TOKENS
 from ..errors import run_cli
 from . import embed_shards
-from .common import (add_max_sentence_tokens_argument, add_speed_argument, check_device_arg, check_encoding_args,
-                     check_lang_arg, check_output_path, load_encoder_for_cli, max_sentence_tokens_arg)
+from ..errors import UsageError
+from .common import (add_max_sentence_tokens_argument, add_ray_arguments, add_speed_argument, check_device_arg,
+                     check_encoding_args, check_lang_arg, check_output_path, connect_ray, load_encoder_for_cli,
+                     max_sentence_tokens_arg, ray_on_a_cluster)
 
 WHO = "hf-laser mine"
 
@@ -68,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help=f"token budget per batch, padding included (default {DEFAULT_MAX_TOKENS:,}, as the "
                              "original's)")
     add_max_sentence_tokens_argument(parser)
+    add_ray_arguments(parser, searchers=True)
     parser.add_argument("--no-progress", action="store_true", help="disable progress bars")
     return parser
 
@@ -158,16 +161,29 @@ def run(args: argparse.Namespace) -> int:
     check_output_path(args.output)  # before minutes of work, not after
     require_faiss()
     encoder = None
+    model = resolve_model(args.model, who=WHO)
 
     def get_encoder():
         nonlocal encoder
         if encoder is None:
-            encoder = load_encoder_for_cli(resolve_model(args.model, who=WHO), WHO,
+            encoder = load_encoder_for_cli(model, WHO,
                                            pretokenized=args.pretokenized, device=args.device,
                                            **({"speed": args.speed} if args.speed else {}))
         return encoder
 
     get_encoder()  # a bad --model fails before anything is embedded
+    knn = None
+    if args.ray:
+        if ray_on_a_cluster(args) and not args.embed_dir:
+            raise UsageError("--ray on a cluster needs --embed-dir, on a filesystem every node shares")
+        if args.overwrite:
+            raise UsageError("--overwrite with --ray: delete the shards in --embed-dir instead")
+        connect_ray(args)
+        from functools import partial
+
+        from ..on_ray import knn_search_on_ray
+
+        knn = partial(knn_search_on_ray, num_searchers=args.num_searchers, gpus_per_searcher=args.gpus_per_searcher)
 
     tmpdir = None
     if args.embed_dir:
@@ -177,12 +193,22 @@ def run(args: argparse.Namespace) -> int:
         tmpdir = tempfile.TemporaryDirectory(prefix="hf_laser_mine_")
         embed_dir = Path(tmpdir.name)
     try:
+        if args.ray:  # both files as shards by encoder actors (finished shards skipped), found below by identity
+            from ..on_ray import embed_files
+
+            embed_files([(args.src_lang, args.src), (args.tgt_lang, args.tgt)], embed_dir, model,
+                        num_encoders=args.num_encoders, gpus_per_encoder=args.gpus_per_encoder,
+                        pretokenized=args.pretokenized, fp16=args.fp16, max_tokens=args.max_tokens,
+                        max_sentence_tokens=max_sentence_tokens_arg(args),
+                        **({"speed": args.speed} if args.speed else {}),
+                        **({"device": args.device} if args.device else {}))
         x, dx = _side_embeddings(get_encoder, args.src, args.src_lang, embed_dir, args.dedup, args, show)
         y, dy = _side_embeddings(get_encoder, args.tgt, args.tgt_lang, embed_dir, args.dedup, args, show)
         res = mine(
             x, y, k=args.k, margin=args.margin, mode=args.mode, threshold=args.threshold, index=args.index,
             device=args.knn_device, query_batch_size=args.query_batch_size, shard_size=args.shard_size,
             nlist=args.nlist, nprobe=args.nprobe, pq_m=getattr(args, "pq_m", None), show_progress=show,
+            **({"knn": knn} if knn else {}),
         )
         src_lines = dx.to_original(res.src) if dx is not None else res.src
         tgt_lines = dy.to_original(res.tgt) if dy is not None else res.tgt

@@ -95,6 +95,18 @@ class ShardedEmbeddings(Embeddings):
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
+    def __getstate__(self) -> dict:
+        # a `.npy` memory map travels as its path (pickling a memmap would copy its rows), so handing a corpus of
+        # files to other processes (Ray actors of `hf_laser.on_ray`) costs nothing; they reopen the same files
+        state = dict(self.__dict__)
+        state["shards"] = [(_NpyFile(a.filename, a.shape, str(a.dtype)) if _is_whole_npy_map(a) else a)
+                           for a in self.shards]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state["shards"] = [s.open() if isinstance(s, _NpyFile) else s for s in state["shards"]]
+        self.__dict__.update(state)
+
     @property
     def dim(self) -> int:
         return self._dim
@@ -129,6 +141,31 @@ class ShardedEmbeddings(Embeddings):
             order = np.argsort(local, kind="stable")  # sorted reads are friendlier to memory maps
             out[sel[order]] = self.shards[int(s)][local[order]]
         return out
+
+
+class _NpyFile:
+    """A `.npy` memory map by path (see `ShardedEmbeddings.__getstate__`); reopened only if still the same shape."""
+
+    def __init__(self, path: str, shape: tuple, dtype: str):
+        self.path, self.shape, self.dtype = path, tuple(shape), dtype
+
+    def open(self) -> np.ndarray:
+        a = np.load(self.path, mmap_mode="r")
+        if a.shape != self.shape or str(a.dtype) != self.dtype:
+            raise ValueError(f"{self.path} changed since these embeddings were opened ({self.shape} {self.dtype}, "
+                             f"now {a.shape} {a.dtype})")
+        return a
+
+
+def _is_whole_npy_map(a) -> bool:
+    """`a` is a whole `.npy` file opened by `np.load(mmap_mode="r")` (not a slice of one, not an array in memory)."""
+    if not isinstance(a, np.memmap) or not a.filename or a.mode != "r" or not a.flags["C_CONTIGUOUS"]:
+        return False
+    try:
+        whole = np.load(a.filename, mmap_mode="r")
+    except (OSError, ValueError):
+        return False
+    return whole.shape == a.shape and whole.dtype == a.dtype and whole.offset == a.offset
 
 
 class _RowSubset(Embeddings):

@@ -59,11 +59,14 @@ def mine(
     gpu_fp16: bool = False,
     normalize: bool = True,
     show_progress: bool | None = None,
+    knn=knn_search,
 ) -> MinedPairs:
     """Mine parallel pairs between source embeddings ``[Nx, d]`` and target embeddings ``[Ny, d]``.
 
     Both kNN directions are always computed (the margin needs both neighbourhoods). See the module docstring and
     :func:`select_pairs` for the scoring and the selection modes, and :func:`knn_search` for the index options.
+    ``knn`` is the search itself, a function with :func:`knn_search`'s signature (``hf_laser.on_ray`` gives one that
+    spreads the index shards over Ray actors).
 
     Returns:
         :class:`MinedPairs` with row numbers into the two inputs, sorted by decreasing score.
@@ -86,8 +89,8 @@ def mine(
         index=index, device=device, query_batch_size=query_batch_size, shard_size=shard_size, nlist=nlist,
         nprobe=nprobe, pq_m=pq_m, refine=refine, gpu_fp16=gpu_fp16, normalize=normalize, show_progress=show_progress,
     )
-    x2y_sim, x2y_ind = knn_search(x, y, k, desc="kNN src->tgt", **kw)
-    y2x_sim, y2x_ind = knn_search(y, x, k, desc="kNN tgt->src", **kw)
+    x2y_sim, x2y_ind = knn(x, y, k, desc="kNN src->tgt", **kw)
+    y2x_sim, y2x_ind = knn(y, x, k, desc="kNN tgt->src", **kw)
     x2y_mean = neighbourhood_mean(x2y_sim, x2y_ind)
     y2x_mean = neighbourhood_mean(y2x_sim, y2x_ind)
     fwd_scores = score_candidates(x2y_sim, x2y_ind, x2y_mean, y2x_mean, margin)

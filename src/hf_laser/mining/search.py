@@ -78,27 +78,14 @@ def knn_search(
         ``(sims, inds)``: float32 ``[Nq, k]`` cosines sorted in decreasing order and int64 ``[Nq, k]`` database rows.
         Rows for which an approximate index found fewer than ``k`` neighbours are padded with ``-inf`` / ``-1``.
     """
-    q = as_embeddings(queries)
-    db = as_embeddings(database)
-    if len(q) == 0:
-        raise ValueError("the query embeddings are empty (0 rows)")
-    if len(db) == 0:
-        raise ValueError("the database embeddings are empty (0 rows)")
-    if q.dim != db.dim:
-        raise ValueError(f"dimension mismatch: queries have {q.dim} dimensions, database has {db.dim}")
-    k = int(k)
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if k > len(db):
-        raise ValueError(f"k={k} is larger than the corpus searched ({len(db)} vectors); use a smaller k")
+    q, db, k = check_knn_inputs(queries, database, k)
     dev = _resolve_device(device)
     if query_batch_size is None:
         query_batch_size = 131072 if dev == "gpu" else 8192
-    shard_size = len(db) if not shard_size else int(shard_size)
     nq = len(q)
     out_sims = np.full((nq, k), -np.inf, dtype=np.float32)
     out_inds = np.full((nq, k), -1, dtype=np.int64)
-    shards = [(a, min(a + shard_size, len(db))) for a in range(0, len(db), shard_size)]
+    shards = database_shards(len(db), shard_size)
 
     from tqdm.auto import tqdm  # noqa: PLC0415
 
@@ -114,29 +101,66 @@ def knn_search(
             t_search = time.perf_counter()
             if stats is not None:
                 stats["build_s"] = stats.get("build_s", 0.0) + (t_search - t_build)
-            kk = min(k, b - a)
             for qa, qblock in q.iter_blocks(query_batch_size):
-                qn = l2_normalize(qblock, copy=False) if normalize else np.ascontiguousarray(qblock, dtype=np.float32)
-                sims, inds = idx.search(qn, kk)
-                inds = inds.astype(np.int64, copy=False)
-                valid = inds >= 0
-                inds = np.where(valid, inds + a, -1)
-                if do_refine:
-                    sims = _exact_sims(qn, db, inds, normalize)
-                    order = np.argsort(-sims, axis=1, kind="stable")
-                    sims = np.take_along_axis(sims, order, axis=1)
-                    inds = np.take_along_axis(inds, order, axis=1)
-                sims = np.where(inds < 0, -np.inf, sims).astype(np.float32)
+                qn = _query_block(qblock, normalize)
+                sims, inds = search_shard(idx, qn, min(k, b - a), a, db, do_refine, normalize)
                 qb = qa + qn.shape[0]
-                if len(shards) == 1:
-                    out_sims[qa:qb, :kk], out_inds[qa:qb, :kk] = sims, inds
-                else:
-                    out_sims[qa:qb], out_inds[qa:qb] = merge_topk(out_sims[qa:qb], out_inds[qa:qb], sims, inds, k)
+                _merge_into(out_sims[qa:qb], out_inds[qa:qb], sims, inds, len(shards) == 1)
                 bar.update(1)
             if stats is not None:
                 stats["search_s"] = stats.get("search_s", 0.0) + (time.perf_counter() - t_search)
             del idx
     return out_sims, out_inds
+
+
+def check_knn_inputs(queries, database, k) -> tuple[Embeddings, Embeddings, int]:
+    """``(queries, database, k)`` as a search takes them, or a clear error (empty, dimensions, ``k``)."""
+    q = as_embeddings(queries)
+    db = as_embeddings(database)
+    if len(q) == 0:
+        raise ValueError("the query embeddings are empty (0 rows)")
+    if len(db) == 0:
+        raise ValueError("the database embeddings are empty (0 rows)")
+    if q.dim != db.dim:
+        raise ValueError(f"dimension mismatch: queries have {q.dim} dimensions, database has {db.dim}")
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if k > len(db):
+        raise ValueError(f"k={k} is larger than the corpus searched ({len(db)} vectors); use a smaller k")
+    return q, db, k
+
+
+def database_shards(n: int, shard_size: int | None) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` row ranges of the consecutive index shards over ``n`` database rows."""
+    shard_size = n if not shard_size else int(shard_size)
+    return [(a, min(a + shard_size, n)) for a in range(0, n, shard_size)]
+
+
+def _query_block(block: np.ndarray, normalize: bool) -> np.ndarray:
+    return l2_normalize(block, copy=False) if normalize else np.ascontiguousarray(block, dtype=np.float32)
+
+
+def search_shard(idx, qn: np.ndarray, kk: int, start: int, db: Embeddings, refine: bool, normalize: bool):
+    """Top-``kk`` of the (normalised) queries ``qn`` in the index ``idx`` over database rows ``[start, ...)``:
+    ``(sims [n, kk] float32, inds [n, kk] int64 database rows)``, re-scored exactly from ``db`` with ``refine``."""
+    sims, inds = idx.search(qn, kk)
+    inds = inds.astype(np.int64, copy=False)
+    inds = np.where(inds >= 0, inds + start, -1)
+    if refine:
+        sims = _exact_sims(qn, db, inds, normalize)
+        order = np.argsort(-sims, axis=1, kind="stable")
+        sims = np.take_along_axis(sims, order, axis=1)
+        inds = np.take_along_axis(inds, order, axis=1)
+    return np.where(inds < 0, -np.inf, sims).astype(np.float32), inds
+
+
+def _merge_into(out_sims: np.ndarray, out_inds: np.ndarray, sims: np.ndarray, inds: np.ndarray, only: bool) -> None:
+    """Merges one shard's top-k of a query block into the block's running top-k (in place); ``only``: the one shard."""
+    if only:
+        out_sims[:, : sims.shape[1]], out_inds[:, : inds.shape[1]] = sims, inds
+    else:
+        out_sims[:], out_inds[:] = merge_topk(out_sims, out_inds, sims, inds, out_sims.shape[1])
 
 
 def _exact_sims(qn: np.ndarray, db: Embeddings, inds: np.ndarray, normalize: bool, chunk: int = 4096) -> np.ndarray:

@@ -1,0 +1,159 @@
+"""#49 items 2 and 4 (mining): the kNN search with its index shards held by Ray actors (`hf_laser.on_ray`) gives
+single-process `knn_search`'s result bit for bit with the same shards, `hf-laser mine --ray` the single-process
+pairs on a real BUCC-format corpus, a searcher killed mid-search changes nothing, and a killed driver's run resumes
+from its finished shards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import SHARED, read_lines
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'hf-laser[ray]')")
+pytest.importorskip("faiss", reason="mining needs faiss (pip install 'hf-laser[mining]')")
+
+from hf_laser.mining import knn_search  # noqa: E402
+from hf_laser.on_ray import knn_search_on_ray  # noqa: E402
+
+BUCC_DE_EN = SHARED / "data" / "mining" / "de-en"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    if ray.is_initialized():
+        ray.shutdown()
+    yield
+    ray.shutdown()
+
+
+def _pids(title: bytes) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if f.read().startswith(title):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("index", ["flat", "ivf"])
+def test_knn_on_ray_is_knn_search_with_the_same_shards(local_ray, tmp_path, index):
+    """In memory (rows through the object store) and as a `.npy` file (opened by the actors): 4 shards over 2 actors,
+    the last shard smaller than k; bit for bit single-process `knn_search(shard_size=...)`."""
+    rng = np.random.default_rng(0)
+    queries = rng.standard_normal((900, 32)).astype(np.float32)
+    database = rng.standard_normal((1203, 32)).astype(np.float32)  # shards of 400, 400, 400, 3
+    np.save(tmp_path / "db.npy", database)
+    expected = knn_search(queries, database, 5, shard_size=400, index=index, query_batch_size=250,
+                          show_progress=False)
+    for db in (database, tmp_path / "db.npy"):
+        got = knn_search_on_ray(queries, db, 5, num_searchers=2, shard_size=400, index=index, query_batch_size=250,
+                                show_progress=False)
+        assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    with pytest.raises(ValueError, match="larger than the corpus"):
+        knn_search_on_ray(queries, database[:3], 4)
+
+
+def _bucc_sample(tmp_path, lines: int):
+    """The first `lines` sentences of each side of the BUCC-format de-en sample (text column only)."""
+    out = []
+    for lang in ("de", "en"):
+        rows = read_lines(BUCC_DE_EN / f"de-en.sample.{lang}")[:lines]
+        path = tmp_path / f"sample.{lang}"
+        path.write_text("".join(r.split("\t", 1)[1] + "\n" for r in rows), encoding="utf-8")
+        out.append(path)
+    return out
+
+
+def _mine(src, tgt, out, *extra):
+    run = subprocess.run([sys.executable, "-m", "hf_laser.cli", "mine", str(src), str(tgt), "--src-lang", "de",
+                          "--tgt-lang", "en", "-o", str(out), "--speed", "fp32", "--no-progress", *extra],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [line.split("\t") for line in out.read_text(encoding="utf-8").splitlines()], run.stderr
+
+
+def test_mine_on_ray_gives_the_single_process_pairs(tmp_path):
+    """`hf-laser mine --ray` (a local Ray of its own: encoder actors write the shards, 2 searcher actors hold the
+    index shards) on 1,500 x 1,500 sentences of the BUCC-format de-en sample: the same pairs in the same order as
+    single-process `hf-laser mine`, scores within 1e-6 (the NumPy engine: the embeddings are the same bits; the kNN
+    over 2 shards differs from one index in the last bits of the cosines)."""
+    src, tgt = _bucc_sample(tmp_path, 1500)
+    single, _ = _mine(src, tgt, tmp_path / "single.tsv")
+    on_ray, said = _mine(src, tgt, tmp_path / "ray.tsv", "--ray", "--num-searchers", "2",
+                         "--embed-dir", str(tmp_path / "emb"))
+    assert "embedding shard(s) from" in said  # the encoder actors' shards were what was mined
+    assert len(single) > 500 and [r[1:] for r in on_ray] == [r[1:] for r in single]
+    assert max(abs(float(a[0]) - float(b[0])) for a, b in zip(on_ray, single)) <= 1e-6 + 1e-9
+
+
+def test_a_searcher_killed_mid_search_is_restarted_and_the_result_is_unchanged(local_ray, tmp_path):
+    """A searcher actor's process is SIGKILLed while query blocks are being answered: Ray restarts it (its index
+    rebuilt from the same `.npy` rows), its blocks are retried, and the result is bit for bit the undisturbed one."""
+    rng = np.random.default_rng(1)
+    database = rng.standard_normal((20000, 64)).astype(np.float32)
+    queries = rng.standard_normal((30000, 64)).astype(np.float32)
+    np.save(tmp_path / "db.npy", database)
+    killed = []
+
+    def kill_a_searcher():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            pids = _pids(b"ray::_Searcher")
+            if len(pids) == 2:
+                time.sleep(1.0)  # the indexes are built in well under a second: this is mid-search
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=kill_a_searcher)
+    watcher.start()
+    got = knn_search_on_ray(queries, tmp_path / "db.npy", 4, num_searchers=2, query_batch_size=200,
+                            show_progress=False)
+    watcher.join()
+    assert killed, "no searcher was killed: the test did not test anything"
+    assert killed[0] not in _pids(b"ray::_Searcher")
+    expected = knn_search(queries, database, 4, shard_size=10000, query_batch_size=200, show_progress=False)
+    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+
+
+def test_a_killed_driver_is_run_again_and_resumes_from_its_finished_shards(tmp_path):
+    """`hf-laser embed-shards --ray`'s driver is SIGKILLed once a shard has finished; the same command run again
+    leaves that shard as it was (not computed again) and finishes the others, every shard byte for byte what an
+    undisturbed single-process run writes."""
+    from hf_laser import DEFAULT_MODEL, LaserEncoder  # noqa: PLC0415
+    from hf_laser.mining import embed_shards  # noqa: PLC0415
+
+    text = tmp_path / "fr.txt"
+    text.write_text("\n".join(read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra") * 4) + "\n")
+    command = [sys.executable, "-m", "hf_laser.cli", "embed-shards", "--ray", "--speed", "fp32", "--num-shards", "6",
+               "--embed-dir", str(tmp_path / "ray"), "--input", "fr", str(text)]
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not list((tmp_path / "ray").glob("*.done.json")):
+        assert driver.poll() is None, "the driver ended before a shard finished"
+        time.sleep(0.05)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    finished = {p: p.stat().st_mtime_ns for p in (tmp_path / "ray").glob("*.npy")
+                if p.with_name(p.name[:-4] + ".done.json").is_file()}
+    assert finished and len(finished) < 6, "the driver was not killed mid-job"
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished  # finished shards were not computed again
+    encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, speed="fp32")
+    for shard in range(6):
+        embed_shards(encoder, text, tmp_path / "single", "fr", rank=shard, world_size=6, num_shards=6,
+                     show_progress_bar=False)
+    ray_npy = sorted((tmp_path / "ray").glob("*.npy"))
+    assert len(ray_npy) == 6
+    assert all(a.read_bytes() == (tmp_path / "single" / a.name).read_bytes() for a in ray_npy)
