@@ -88,3 +88,28 @@ def test_resumed_distillation_ends_where_an_uninterrupted_run_ends(cipher_setup,
     a = load_file(str(sorted((tmp_path / "straight" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     b = load_file(str(sorted((tmp_path / "resumed" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_the_teachers_vocabulary_and_weights_as_the_students_start(cipher_setup, cipher_run, tmp_path):  # noqa: F811
+    """The config switch between the student's own vocabulary (learned on its language, above) and the teacher's:
+    `tokenizer.path` = the teacher and `training.init_from` = the teacher. The student then reads with the teacher's
+    vocabulary and starts as the teacher: its untrained weights the teacher's encoder, half-aligned from step 0 (the
+    teacher's own error on this reordered cipher; a fresh student is near chance there), better after distillation."""
+    root, _ = cipher_setup
+    teacher = cipher_run[0] / "final"
+    path = distillation_config(root, teacher, tmp_path / "cache", steps=40, source="yy", init_from=str(teacher),
+                               eval_every=20, save_every=20)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["tokenizer"] = {"path": str(teacher)}
+    path.write_text(yaml.safe_dump(cfg))
+    log = run_train(path, tmp_path / "student")
+    assert "encoder initialised from" in log, log[-3000:]
+    student = tmp_path / "student" / "final"
+    for name in ("vocab.json", "bpe.fcodes"):
+        assert (student / name).read_bytes() == (teacher / name).read_bytes()
+    start = load_file(str(tmp_path / "student" / "untrained" / "model.safetensors"))
+    theirs = load_file(str(teacher / "model.safetensors"))
+    shared = [k for k in start if k in theirs]
+    assert shared and all((start[k] == theirs[k]).all() for k in shared)
+    valid = [r["valid_error"] for r in metrics(tmp_path / "student") if "valid_error" in r]
+    assert valid[0] < 60 and valid[-1] < valid[0] / 2, valid
