@@ -70,7 +70,8 @@ def test_embed_shards_user_errors(entry, tiny_model_dir, text, tmp_path, capsys)
     assert run("--model", str(tiny_model_dir), "--input", "fr", str(tmp_path / "missing.txt")) == 2
     assert error_line(capsys) == f"{who}: error: input file not found: {tmp_path / 'missing.txt'}"
     assert run("--model", str(tiny_model_dir), "--input", "fr", str(tmp_path)) == 2
-    assert error_line(capsys) == f"{who}: error: input {tmp_path} is not a file"
+    assert error_line(capsys) == (f"{who}: error: input {tmp_path} is not a file (a directory of Parquet files is "
+                                  "embedded with --ray)")
     assert run("--model", str(tmp_path / "nope"), "--input", "fr", str(text)) == 2
     assert error_line(capsys).startswith(f"{who}: error: model directory not found: {tmp_path / 'nope'} (")
     (tmp_path / "not_a_model").mkdir()

@@ -214,3 +214,44 @@ def test_a_worker_node_removed_mid_job_on_a_multi_node_cluster(tmp_path):
         ray.shutdown()
         cluster.shutdown()
     _assert_shards_as_single_process(tmp_path, text)
+
+
+def test_parquet_corpora_on_ray_from_uris_resume_file_by_file(local_ray, tmp_path):
+    """#49 item 1 for Parquet: every `*.parquet` under a `file://` URI (any pyarrow filesystem works the same way)
+    embedded by encoder actors into the same names under the output, the input's columns kept and the embeddings
+    `LaserEncoder.encode`'s in row order; a re-run skips what is done; a changed input file is computed again (said),
+    and only it."""
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    from hf_laser.on_ray import embed_parquet  # noqa: PLC0415
+
+    lines = read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra")[:150]
+    (tmp_path / "corpus" / "part").mkdir(parents=True)
+    parts = {"a.parquet": lines[:60], "part/b.parquet": lines[60:]}
+    for name, texts in parts.items():
+        pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), tmp_path / "corpus" / name)
+    said = []
+    out = embed_parquet((tmp_path / "corpus").as_uri(), tmp_path / "out", lang="fr", num_encoders=2, speed="fp32",
+                        say=said.append)
+    assert sorted(out) == sorted(str(tmp_path / "out" / name) for name in parts)
+    assert sorted(m.split(":")[0] for m in said) == ["computed", "computed"]
+    encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, speed="fp32")
+    for name, texts in parts.items():
+        table = pq.read_table(tmp_path / "out" / name)
+        assert table.column("text").to_pylist() == texts and table.column("id").to_pylist() == list(range(len(texts)))
+        got = np.asarray(table.column("embedding").to_pylist(), dtype=np.float32)
+        np.testing.assert_allclose(got, encoder.encode(texts, lang="fr"), rtol=0, atol=1e-6)
+    before = (tmp_path / "out" / "a.parquet").stat().st_mtime_ns
+    pq.write_table(pa.table({"id": [0], "text": ["Autre chose."]}), tmp_path / "corpus" / "part" / "b.parquet")
+    command = [sys.executable, "-m", "hf_laser.cli", "embed-shards", "--input", "fr", str(tmp_path / "corpus"),
+               "--embed-dir", str(tmp_path / "out"), "--speed", "fp32", "--num-encoders", "2"]
+    no_ray = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert no_ray.returncode == 2 and "embedded with --ray" in no_ray.stderr, no_ray.stderr
+    rerun = subprocess.run(command + ["--ray"], capture_output=True, text=True, timeout=600)  # the command line
+    said = [line.split(": ", 1)[1] for line in rerun.stderr.splitlines()
+            if line.startswith(("hf-laser embed-shards: computed", "hf-laser embed-shards: skipped"))]
+    assert rerun.returncode == 0 and sorted(m.split(" ")[0] for m in said) == ["computed", "skipped"], rerun.stderr
+    assert any("input content" in m for m in said), said  # what changed is said
+    assert (tmp_path / "out" / "a.parquet").stat().st_mtime_ns == before
+    assert pq.read_table(tmp_path / "out" / "part" / "b.parquet").column("text").to_pylist() == ["Autre chose."]

@@ -173,6 +173,118 @@ class _ShardEncoder:
         return None if manifest is None else str(manifest)
 
 
+class _ParquetEncoder(_ShardEncoder):
+    """Encoder actor of [`embed_parquet`]: one Parquet file per call, written beside a marker of its identity."""
+
+    def embed_parquet(self, source: str, target: str, lang: str | None, text_column: str, output_column: str,
+                      options: dict) -> str:
+        import hashlib
+        import io
+        import json
+
+        import pyarrow as pa
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+
+        from .outputs import embedding_identity, identity_changes
+
+        src_fs, src_path = pafs.FileSystem.from_uri(source)
+        data = src_fs.open_input_stream(src_path).readall()
+        table = pq.read_table(io.BytesIO(data))
+        if text_column not in table.column_names:
+            raise ValueError(f"{source} has no column {text_column!r} (its columns: {table.column_names})")
+        info = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "lines": table.num_rows}
+        identity = embedding_identity(self.encoder, info, lang=lang, fp16=options["fp16"],
+                                      max_tokens=options["max_tokens"], batch_size=None, chunk_lines=None,
+                                      max_sentence_tokens=options["max_sentence_tokens"])
+        identity = json.loads(json.dumps({**identity, "text_column": text_column}))
+        dst_fs, dst_path = pafs.FileSystem.from_uri(target)
+        marker = dst_path + ".done.json"
+        if dst_fs.get_file_info(marker).type == pafs.FileType.File:
+            old = json.loads(dst_fs.open_input_stream(marker).readall())
+            if old == identity and dst_fs.get_file_info(dst_path).type == pafs.FileType.File:
+                return f"skipped (done, the same computation): {target}"
+            dst_fs.delete_file(marker)  # the marker goes first: a half-rewritten output is never marked done
+            why = "; ".join(identity_changes(old, identity)) or "its output was missing"
+        else:
+            why = None
+        texts = [str(t) for t in table.column(text_column).to_pylist()]
+        vectors = self.encoder.encode(texts, lang=lang, max_tokens=options["max_tokens"],
+                                      max_sentence_tokens=options["max_sentence_tokens"])
+        vectors = np.asarray(vectors, dtype=np.float16 if options["fp16"] else np.float32)
+        column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1])
+        if output_column in table.column_names:
+            table = table.drop_columns([output_column])
+        dst_fs.create_dir(dst_path.rsplit("/", 1)[0], recursive=True)
+        with dst_fs.open_output_stream(dst_path) as out:
+            pq.write_table(table.append_column(output_column, column), out)
+        with dst_fs.open_output_stream(marker) as out:  # last: the output is complete
+            out.write(json.dumps(identity, indent=1).encode())
+        return f"computed{' anew (' + why + ')' if why else ''}: {target}"
+
+
+def _parquet_files(uri: str) -> tuple[list[str], str]:
+    """The Parquet files of `uri` (a file, or every `*.parquet` under a directory, local or any pyarrow filesystem
+    URI) as URIs, and the root their names are relative to."""
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(uri if "://" in uri else str(Path(uri).resolve()))
+    scheme = uri.split("://", 1)[0] + "://" if "://" in uri else ""
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.File:
+        return [scheme + path if scheme else path], path.rsplit("/", 1)[0]
+    if info.type != pafs.FileType.Directory:
+        raise FileNotFoundError(f"no Parquet file or directory at {uri}")
+    found = sorted(f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True))
+                   if f.type == pafs.FileType.File and f.path.endswith(".parquet"))
+    if not found:
+        raise FileNotFoundError(f"no *.parquet file under {uri}")
+    return [scheme + f if scheme else f for f in found], path
+
+
+def embed_parquet(source: str | os.PathLike, output: str | os.PathLike, model: str | os.PathLike | None = None, *,
+                  lang: str | None = None, text_column: str = "text", output_column: str = "embedding",
+                  num_encoders: int | None = None, gpus_per_encoder: float = 0.0, fp16: bool = False,
+                  max_tokens: int | None = None, max_sentence_tokens: int | None = None, say=None,
+                  **loading) -> list[str]:
+    """Embeds a Parquet corpus on Ray: every Parquet file of `source` (a file or a directory; a local path or any
+    pyarrow filesystem URI: `s3://bucket/corpus/`, `gs://...`, `file:///...`) is read by an encoder actor, which
+    writes the same file under `output` (same relative name) with `output_column` (the embeddings of
+    `text_column`, float32 or float16 with `fp16`, in row order) added, then `NAME.done.json`: the output's identity
+    (the input file's sha256, model, tokenizer, options). A re-run skips every file whose marker names the same
+    computation and computes the others again (saying what changed), so an interrupted job is resumed file by file
+    and never mixes models or inputs. Returns the output files' URIs.
+
+    Args: as [`embed_files`]; `lang`: the sentences' language (one for the corpus).
+    """
+    ray = _ray()
+    from .defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
+    from .languages import check_language
+
+    if lang is not None:
+        lang = check_language(lang)
+    files, root = _parquet_files(str(source))
+    output = str(output)
+    out_root = output.rstrip("/") if "://" in output else str(Path(output).resolve())
+    targets = [out_root + "/" + f.split("://", 1)[-1][len(root):].lstrip("/") for f in files]
+    path, num_encoders = _start(model, "embed_parquet", num_encoders, gpus_per_encoder, loading)
+    options = {"fp16": fp16, "max_tokens": DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+               "max_sentence_tokens": DEFAULT_MAX_SENTENCE_TOKENS if max_sentence_tokens is None
+               else max_sentence_tokens}
+    actor = ray.remote(num_gpus=gpus_per_encoder or None, num_cpus=0 if gpus_per_encoder else 1, max_restarts=-1,
+                       max_task_retries=-1)(_ParquetEncoder)
+    pool = ray.util.ActorPool([actor.remote(path, loading) for _ in range(min(num_encoders, len(files)))])
+    jobs = [(_as_uri(f), _as_uri(t), lang, text_column, output_column, options) for f, t in zip(files, targets)]
+    for result in pool.map_unordered(lambda a, job: a.embed_parquet.remote(*job), jobs):
+        if say:
+            say(result)
+    return targets
+
+
+def _as_uri(path: str) -> str:
+    return path if "://" in path else Path(path).as_uri()
+
+
 def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike | None = None, *,
                 num_shards: int | None = None, num_encoders: int | None = None, gpus_per_encoder: float = 0.0,
                 pretokenized: bool = False, fp16: bool = False, max_tokens: int | None = None,

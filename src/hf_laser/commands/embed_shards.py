@@ -21,7 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
     parser.add_argument("--embed-dir", required=True, help="directory for the shards (shared by all processes)")
     parser.add_argument("--input", nargs=2, action="append", metavar=("LANG", "FILE"), required=True,
-                        help="language and text file to embed; repeat for several files")
+                        help="language and text file to embed; repeat for several files. With --ray also a Parquet "
+                             "corpus (a .parquet file, a directory of them, or a URI such as s3://bucket/corpus/): "
+                             "written to the same names under --embed-dir (a directory or URI) with an "
+                             "'embedding' column")
+    parser.add_argument("--text-column", default="text", help="the text column of Parquet inputs (default: text)")
     parser.add_argument("--num-shards", type=int, default=None, help="shards per file (default: world size)")
     parser.add_argument("--nproc", type=int, default=None,
                         help="start this many local worker processes (ranks 0..N-1) instead of being one rank")
@@ -39,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_max_sentence_tokens_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
     return parser
+
+
+def _is_parquet(path: str) -> bool:
+    """A Parquet corpus: a `.parquet` file, a URI (`s3://...`, `file://...`), or a directory (of `*.parquet`)."""
+    return "://" in str(path) or str(path).endswith(".parquet") or Path(path).is_dir()
 
 
 def _speed(args: argparse.Namespace) -> dict:
@@ -64,7 +73,17 @@ def run(args: argparse.Namespace) -> int:
     from ..models import check_model_dir, resolve_model
     from ..text_tokenizer import _check_lang
 
+    parquet = [path for _, path in args.input if _is_parquet(path)]
+    if parquet and not getattr(args, "ray", None):
+        if Path(parquet[0]).is_dir():
+            raise UsageError(f"input {parquet[0]} is not a file (a directory of Parquet files is embedded with --ray)")
+        raise UsageError(f"Parquet corpora ({parquet[0]}) are embedded on Ray: add --ray")
+    if parquet and args.pretokenized:
+        raise UsageError("--pretokenized is for text files, not Parquet corpora")
     for i, (lang, path) in enumerate(args.input):
+        if _is_parquet(path):
+            args.input[i] = (check_lang_arg(lang, WHO, "--input LANG"), path)
+            continue
         if not Path(path).is_file():
             raise FileNotFoundError(f"input file not found: {path}" if not Path(path).exists()
                                     else f"input {path} is not a file")
@@ -80,8 +99,17 @@ def run(args: argparse.Namespace) -> int:
         if args.nproc or args.rank is not None or args.world_size is not None:
             raise UsageError("--ray gives the shards out itself: drop --nproc / --rank / --world-size")
         connect_ray(args)
-        from ..on_ray import embed_files
+        from ..on_ray import embed_files, embed_parquet
 
+        for lang, path in [(lang, path) for lang, path in args.input if _is_parquet(path)]:
+            embed_parquet(path, args.embed_dir, model, lang=lang, text_column=args.text_column,
+                          num_encoders=args.num_encoders, gpus_per_encoder=args.gpus_per_encoder, fp16=args.fp16,
+                          max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args),
+                          say=lambda m: print(f"{WHO}: {m}", file=sys.stderr), **_speed(args),
+                          **({"device": args.device} if args.device else {}))
+        args.input = [(lang, path) for lang, path in args.input if not _is_parquet(path)]
+        if not args.input:
+            return 0
         embed_files(args.input, args.embed_dir, model, num_shards=args.num_shards, num_encoders=args.num_encoders,
                     gpus_per_encoder=args.gpus_per_encoder, pretokenized=args.pretokenized, fp16=args.fp16,
                     max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args),
