@@ -129,16 +129,16 @@ def _embed_while_disturbed(tmp_path, text, disturb) -> None:
     assert done, "nothing was disturbed: the test did not test anything"
 
 
-def _assert_shards_as_single_process(tmp_path, text) -> None:
+def _assert_shards_as_single_process(tmp_path, text, num_shards: int = 4) -> None:
     """Every shard in `tmp_path/ray` byte for byte what single-process `embed_shards` writes (NumPy engine)."""
     from hf_laser.mining import embed_shards  # noqa: PLC0415
 
     encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, speed="fp32")
-    for shard in range(4):
-        embed_shards(encoder, text, tmp_path / "single", "fr", rank=shard, world_size=4, num_shards=4,
-                     show_progress_bar=False)
+    for shard in range(num_shards):
+        embed_shards(encoder, text, tmp_path / "single", "fr", rank=shard, world_size=num_shards,
+                     num_shards=num_shards, show_progress_bar=False)
     ray_npy = sorted((tmp_path / "ray").glob("*.npy"))
-    assert len(ray_npy) == 4
+    assert len(ray_npy) == num_shards
     assert all(a.read_bytes() == (tmp_path / "single" / a.name).read_bytes() for a in ray_npy)
 
 
@@ -155,7 +155,7 @@ def test_an_encoder_killed_mid_job_is_restarted_and_the_output_is_unchanged(loca
     import signal  # noqa: PLC0415
 
     def kill_an_encoder():
-        pids = _encoder_pids()
+        pids = _actor_pids()
         if pids:
             os.kill(pids[0], signal.SIGKILL)
         return bool(pids)
@@ -165,13 +165,13 @@ def test_an_encoder_killed_mid_job_is_restarted_and_the_output_is_unchanged(loca
     _assert_shards_as_single_process(tmp_path, text)
 
 
-def _encoder_pids() -> list[int]:
-    """Processes whose title Ray set to the encoder actor's (`ray::_ShardEncoder...`)."""
+def _actor_pids(title: bytes = b"ray::_ShardEncoder") -> list[int]:
+    """Processes whose title Ray set to an actor's (`ray::_ShardEncoder...` by default)."""
     found = []
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if f.read().startswith(b"ray::_ShardEncoder"):
+                if f.read().startswith(title):
                     found.append(int(entry))
         except (OSError, ValueError):
             continue
@@ -203,7 +203,7 @@ def test_a_worker_node_removed_mid_job_on_a_multi_node_cluster(tmp_path):
         cluster.wait_for_nodes()
 
         def remove_a_busy_node():
-            raylets = {_parent(pid) for pid in _encoder_pids()}
+            raylets = {_parent(pid) for pid in _actor_pids()}
             busy = [n for n in nodes if n.all_processes["raylet"][0].process.pid in raylets]
             if busy:
                 cluster.remove_node(busy[0], allow_graceful=False)
@@ -248,7 +248,7 @@ def test_parquet_corpora_on_ray_from_uris_resume_file_by_file(local_ray, tmp_pat
                "--embed-dir", str(tmp_path / "out"), "--speed", "fp32", "--num-encoders", "2"]
     no_ray = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert no_ray.returncode == 2 and "embedded with --ray" in no_ray.stderr, no_ray.stderr
-    rerun = subprocess.run(command + ["--ray"], capture_output=True, text=True, timeout=600)  # the command line
+    rerun = subprocess.run(command + ["--ray"], capture_output=True, text=True, timeout=900)  # the command line
     said = [line.split(": ", 1)[1] for line in rerun.stderr.splitlines()
             if line.startswith(("hf-laser embed-shards: computed", "hf-laser embed-shards: skipped"))]
     assert rerun.returncode == 0 and sorted(m.split(" ")[0] for m in said) == ["computed", "skipped"], rerun.stderr
