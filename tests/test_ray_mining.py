@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 from conftest import SHARED, read_lines
+from test_ray import _assert_shards_as_single_process, _actor_pids, _long_text
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'hf-laser[ray]')")
 pytest.importorskip("faiss", reason="mining needs faiss (pip install 'hf-laser[mining]')")
@@ -31,18 +32,6 @@ def local_ray():
         ray.shutdown()
     yield
     ray.shutdown()
-
-
-def _pids(title: bytes) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if f.read().startswith(title):
-                    found.append(int(entry))
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 @pytest.mark.parametrize("index", ["flat", "ivf"])
@@ -108,7 +97,7 @@ def test_a_searcher_killed_mid_search_is_restarted_and_the_result_is_unchanged(l
     def kill_a_searcher():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not killed:
-            pids = _pids(b"ray::_Searcher")
+            pids = _actor_pids(b"ray::_Searcher")
             if len(pids) == 2:
                 time.sleep(1.0)  # the indexes are built in well under a second: this is mid-search
                 os.kill(pids[0], signal.SIGKILL)
@@ -121,7 +110,7 @@ def test_a_searcher_killed_mid_search_is_restarted_and_the_result_is_unchanged(l
                             show_progress=False)
     watcher.join()
     assert killed, "no searcher was killed: the test did not test anything"
-    assert killed[0] not in _pids(b"ray::_Searcher")
+    assert killed[0] not in _actor_pids(b"ray::_Searcher")
     expected = knn_search(queries, database, 4, shard_size=10000, query_batch_size=200, show_progress=False)
     assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
 
@@ -130,11 +119,7 @@ def test_a_killed_driver_is_run_again_and_resumes_from_its_finished_shards(tmp_p
     """`hf-laser embed-shards --ray`'s driver is SIGKILLed once a shard has finished; the same command run again
     leaves that shard as it was (not computed again) and finishes the others, every shard byte for byte what an
     undisturbed single-process run writes."""
-    from hf_laser import DEFAULT_MODEL, LaserEncoder  # noqa: PLC0415
-    from hf_laser.mining import embed_shards  # noqa: PLC0415
-
-    text = tmp_path / "fr.txt"
-    text.write_text("\n".join(read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra") * 4) + "\n")
+    text = _long_text(tmp_path)
     command = [sys.executable, "-m", "hf_laser.cli", "embed-shards", "--ray", "--speed", "fp32", "--num-shards", "6",
                "--embed-dir", str(tmp_path / "ray"), "--input", "fr", str(text)]
     driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -150,10 +135,4 @@ def test_a_killed_driver_is_run_again_and_resumes_from_its_finished_shards(tmp_p
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in finished} == finished  # finished shards were not computed again
-    encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, speed="fp32")
-    for shard in range(6):
-        embed_shards(encoder, text, tmp_path / "single", "fr", rank=shard, world_size=6, num_shards=6,
-                     show_progress_bar=False)
-    ray_npy = sorted((tmp_path / "ray").glob("*.npy"))
-    assert len(ray_npy) == 6
-    assert all(a.read_bytes() == (tmp_path / "single" / a.name).read_bytes() for a in ray_npy)
+    _assert_shards_as_single_process(tmp_path, text, num_shards=6)
