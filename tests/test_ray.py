@@ -255,3 +255,18 @@ def test_parquet_corpora_on_ray_from_uris_resume_file_by_file(local_ray, tmp_pat
     assert any("input content" in m for m in said), said  # what changed is said
     assert (tmp_path / "out" / "a.parquet").stat().st_mtime_ns == before
     assert pq.read_table(tmp_path / "out" / "part" / "b.parquet").column("text").to_pylist() == ["Autre chose."]
+
+
+def test_parquet_text_column_errors():
+    """A Parquet text column with a null, or not of text, is an error naming the row, never the text "None"."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    from hf_laser.on_ray import _text_column  # noqa: PLC0415
+
+    assert _text_column(pa.table({"text": ["a", "b"]}), "text", "x.parquet") == ["a", "b"]
+    with pytest.raises(ValueError, match=r"1 null value\(s\) \(the first in row 1\)"):
+        _text_column(pa.table({"text": ["a", None, "c"]}), "text", "x.parquet")
+    with pytest.raises(ValueError, match="holds int64, not text"):
+        _text_column(pa.table({"text": [1, 2]}), "text", "x.parquet")
+    with pytest.raises(ValueError, match="no column 'text'"):
+        _text_column(pa.table({"sentence": ["a"]}), "text", "x.parquet")

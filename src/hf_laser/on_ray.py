@@ -191,13 +191,12 @@ class _ParquetEncoder(_ShardEncoder):
         src_fs, src_path = pafs.FileSystem.from_uri(source)
         data = src_fs.open_input_stream(src_path).readall()
         table = pq.read_table(io.BytesIO(data))
-        if text_column not in table.column_names:
-            raise ValueError(f"{source} has no column {text_column!r} (its columns: {table.column_names})")
+        texts = _text_column(table, text_column, source)
         info = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "lines": table.num_rows}
         identity = embedding_identity(self.encoder, info, lang=lang, fp16=options["fp16"],
                                       max_tokens=options["max_tokens"], batch_size=None, chunk_lines=None,
                                       max_sentence_tokens=options["max_sentence_tokens"])
-        identity = json.loads(json.dumps({**identity, "text_column": text_column}))
+        identity = json.loads(json.dumps({**identity, "text_column": text_column, "output_column": output_column}))
         dst_fs, dst_path = pafs.FileSystem.from_uri(target)
         marker = dst_path + ".done.json"
         if dst_fs.get_file_info(marker).type == pafs.FileType.File:
@@ -208,7 +207,6 @@ class _ParquetEncoder(_ShardEncoder):
             why = "; ".join(identity_changes(old, identity)) or "its output was missing"
         else:
             why = None
-        texts = [str(t) for t in table.column(text_column).to_pylist()]
         vectors = self.encoder.encode(texts, lang=lang, max_tokens=options["max_tokens"],
                                       max_sentence_tokens=options["max_sentence_tokens"])
         vectors = np.asarray(vectors, dtype=np.float16 if options["fp16"] else np.float32)
@@ -221,6 +219,23 @@ class _ParquetEncoder(_ShardEncoder):
         with dst_fs.open_output_stream(marker) as out:  # last: the output is complete
             out.write(json.dumps(identity, indent=1).encode())
         return f"computed{' anew (' + why + ')' if why else ''}: {target}"
+
+
+def _text_column(table, column: str, source: str) -> list[str]:
+    """The strings of `column`, or a clear error: a missing column, a null or a non-string value (never embedded as
+    the text "None")."""
+    import pyarrow as pa
+
+    if column not in table.column_names:
+        raise ValueError(f"{source} has no column {column!r} (its columns: {table.column_names})")
+    values = table.column(column)
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        raise ValueError(f"{source}: column {column!r} holds {values.type}, not text")
+    if values.null_count:
+        first = values.to_pylist().index(None)
+        raise ValueError(f"{source}: column {column!r} has {values.null_count} null value(s) (the first in row "
+                         f"{first}); fill or drop them before embedding")
+    return values.to_pylist()
 
 
 def _parquet_files(uri: str) -> tuple[list[str], str]:
@@ -437,6 +452,14 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
         query_batch_size = 131072 if dev == "gpu" else 8192
     options = {"nlist": nlist, "nprobe": nprobe, "pq_m": pq_m, "train_size": train_size, "gpu_fp16": gpu_fp16,
                "normalize": normalize}
+    kind, each = ("GPU", gpus_per_searcher) if gpus_per_searcher else ("CPU", cpus_per_searcher)
+    have = ray.cluster_resources().get(kind, 0)
+    if num_searchers * each > have:  # Ray would wait without a word
+        import sys
+
+        print(f"knn_search_on_ray: {num_searchers} searchers need {num_searchers * each:g} {kind}s, the cluster has "
+              f"{have:g}: the search waits for more nodes (an autoscaler), or forever; fewer searchers fit (each "
+              "then holds several index shards)", file=sys.stderr)
     actor = ray.remote(num_cpus=cpus_per_searcher, num_gpus=gpus_per_searcher or None, max_restarts=-1,
                        max_task_retries=-1)(_Searcher)
     t_build = time.perf_counter()
