@@ -208,11 +208,11 @@ def main(argv=None) -> int:
         if not args.query_slice:
             t2 = time.time()
             xm, ym = M.neighbourhood_mean(x2y_s, x2y_i), M.neighbourhood_mean(y2x_s, y2x_i)
-            fwd = M.score_candidates(x2y_s, x2y_i, xm, ym, args.margin)
-            bwd = M.score_candidates(y2x_s, y2x_i, ym, xm, args.margin)
+            fwd = M.best_candidates(x2y_s, x2y_i, xm, ym, args.margin)  # as mine(): block by block
+            bwd = M.best_candidates(y2x_s, y2x_i, ym, xm, args.margin)
             timings["margin_scoring_s"] = time.time() - t2
             t3 = time.time()
-            src, tgt, sc = M.select_pairs(x2y_i, fwd, y2x_i, bwd, mode=args.mode)
+            src, tgt, sc = M.select_best(*fwd, *bwd, mode=args.mode)
             timings["selection_s"] = time.time() - t3
             result = (src, tgt, sc)
         timings["total_mining_s"] = time.time() - t0

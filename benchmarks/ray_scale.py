@@ -134,7 +134,14 @@ def main(argv=None) -> int:
     results: dict = {"cpu": cpu_info().line(), "src": str(src), "tgt": str(tgt), "lines": sum(1 for _ in open(src)),
                      "index": args.index, "speed": args.speed, "nodes": args.nodes,
                      "cpus_per_node": args.cpus_per_node, "threads_single": threads}
+    # both paths search the same index shards (one per Ray searcher), so the pairs must be bit for bit the same
+    slots = args.nodes * args.cpus_per_node
+    shard_size = -(-results["lines"] // slots)
     mine_kw = {"index": args.index, "nlist": args.nlist, "nprobe": args.nprobe, "show_progress": False}
+    results["index_shard_rows"] = shard_size
+
+    def load(phase: str) -> None:  # what else ran: a figure measured beside other work says so
+        results[f"loadavg_after_{phase}"] = round(os.getloadavg()[0], 2)
 
     # single process
     import torch
@@ -152,10 +159,12 @@ def main(argv=None) -> int:
         embed_shards(encoder, path, work / "single", args.lang, rank=0, world_size=1, num_shards=1,
                      show_progress_bar=True)
     results["single_embed_s"] = time.perf_counter() - t
+    load("single_embed")
     x, y = (load_embedding_shards(work / "single", path, args.lang) for path in (src, tgt))
     t = time.perf_counter()
-    single = mine(x, y, **mine_kw)
+    single = mine(x, y, shard_size=shard_size, **mine_kw)
     results["single_mine_s"] = time.perf_counter() - t
+    load("single_mine")
     results["single_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(results), file=sys.stderr)
 
@@ -176,16 +185,18 @@ def main(argv=None) -> int:
     raylets = {f"node{i}": n.all_processes["raylet"][0].process.pid for i, n in enumerate(nodes)}
     try:
         with NodeMemory(raylets) as memory:
-            slots = args.nodes * args.cpus_per_node
             t = time.perf_counter()
             embed_files([(args.lang, src), (args.lang, tgt)], work / "ray", model, num_encoders=slots,
                         speed=args.speed)
             results["ray_embed_s"] = time.perf_counter() - t
+            load("ray_embed")
             x, y = (load_embedding_shards(work / "ray", path, args.lang) for path in (src, tgt))
             stats: dict = {}
             t = time.perf_counter()  # on_ray.mine_on_ray, with the search's own timings
-            on_ray = mine(x, y, knn=partial(knn_search_on_ray, num_searchers=slots, stats=stats), **mine_kw)
+            on_ray = mine(x, y, knn=partial(knn_search_on_ray, num_searchers=slots, stats=stats), shard_size=shard_size,
+                          **mine_kw)
             results["ray_mine_s"] = time.perf_counter() - t
+            load("ray_mine")
             results["ray_index_build_s"] = stats.get("build_s")
             results["ray_search_s"] = stats.get("search_s")
         results["ray_node_peak_rss_mib"] = memory.peak

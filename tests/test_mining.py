@@ -156,6 +156,95 @@ def test_max_mode_greedy_and_duplicates_by_hand():
     assert list(zip(src.tolist(), tgt.tolist(), sc.tolist())) == [(0, 0, 1.5), (0, 2, 1.3)]
 
 
+def _walk(src, tgt):
+    """The max mode's greedy walk, one pair at a time (the reference of the vectorised rounds)."""
+    seen_src, seen_tgt, kept = set(), set(), []
+    for pos, (a, b) in enumerate(zip(src.tolist(), tgt.tolist())):
+        if a not in seen_src and b not in seen_tgt:
+            seen_src.add(a)
+            seen_tgt.add(b)
+            kept.append(pos)
+    return kept
+
+
+def test_greedy_matching_rounds_equal_the_walk():
+    rng = np.random.default_rng(3)
+    for _ in range(150):  # few rows for many pairs: repeated rows, duplicated pairs, long chains
+        n = int(rng.integers(0, 6000))
+        src, tgt = rng.integers(0, int(rng.integers(1, n + 2)), n), rng.integers(0, int(rng.integers(1, n + 2)), n)
+        got = M.selection.greedy_matching(src, tgt, loop_below=int(rng.integers(0, 40)))
+        assert got.tolist() == _walk(src, tgt)
+    # the shape of mining candidates (each source's best target, then each target's best source), 60 % mutual
+    n = 50_000
+    fwd, bwd = rng.integers(0, n, n), rng.integers(0, n, n)
+    mutual = np.nonzero(rng.random(n) < 0.6)[0]
+    bwd[fwd[mutual]] = mutual
+    order = np.argsort(-rng.random(2 * n), kind="stable")
+    src, tgt = np.concatenate([np.arange(n), bwd])[order], np.concatenate([fwd, np.arange(n)])[order]
+    assert M.selection.greedy_matching(src, tgt).tolist() == _walk(src, tgt)
+
+
+@pytest.mark.parametrize("mode", M.MODES)
+def test_select_best_with_ties_and_thresholds_equals_select_pairs_walk(mode):
+    # scores on a coarse grid: many ties between pairs; the threshold goes first in max mode, which must not matter
+    rng = np.random.default_rng(11)
+    nx, ny, k = 3000, 2500, 3
+    fwd_inds, bwd_inds = rng.integers(0, ny, (nx, k)), rng.integers(0, nx, (ny, k))
+    fwd_scores, bwd_scores = rng.integers(0, 20, (nx, k)) / 10, rng.integers(0, 20, (ny, k)) / 10
+    fwd_inds[5, :], fwd_scores[5, :] = -1, -np.inf  # a source without candidates
+    for threshold in (None, 0.95, 1.0, 3.0):
+        src, tgt, sc = M.select_pairs(fwd_inds, fwd_scores, bwd_inds, bwd_scores, mode, threshold=threshold)
+        fa, ba = fwd_scores.argmax(1), bwd_scores.argmax(1)
+        fb, fm = fwd_inds[np.arange(nx), fa], fwd_scores[np.arange(nx), fa]
+        bb, bm = bwd_inds[np.arange(ny), ba], bwd_scores[np.arange(ny), ba]
+        if mode == "max":  # the walk over every candidate, then the threshold, as LASER's mine_bitexts.py
+            cs = np.concatenate([np.arange(nx), bb])
+            ct, cm = np.concatenate([fb, np.arange(ny)]), np.concatenate([fm, bm])
+            ok = np.nonzero(np.isfinite(cm) & (cs >= 0) & (ct >= 0))[0]
+            ok = ok[np.argsort(-cm[ok], kind="stable")]
+            kept = ok[_walk(cs[ok], ct[ok])]
+            kept = kept[cm[kept] > threshold] if threshold is not None else kept
+            want = sorted(zip((-cm[kept]).tolist(), kept.tolist()))
+            assert list(zip(src.tolist(), tgt.tolist())) == [(int(cs[i]), int(ct[i])) for _, i in want]
+        assert np.all(np.isfinite(sc)) and np.all(np.diff(sc) <= 0)
+        assert threshold is None or np.all(sc > threshold)
+
+
+def test_mine_with_knn_dir_equals_in_memory(rand_xy, tmp_path):
+    x, y = rand_xy
+    for mode in M.MODES:
+        mem = M.mine(x, y, k=4, mode=mode, device="cpu", show_progress=False, shard_size=70)
+        disk = M.mine(x, y, k=4, mode=mode, device="cpu", show_progress=False, shard_size=70,
+                      knn_dir=tmp_path / "knn")
+        for name in ("src", "tgt", "scores", "x2y_sim", "x2y_ind", "y2x_sim", "y2x_ind"):
+            np.testing.assert_array_equal(getattr(disk, name), getattr(mem, name), err_msg=name)
+        assert isinstance(disk.x2y_ind, np.memmap) and not isinstance(mem.x2y_ind, np.memmap)
+    files = sorted(p.name for p in (tmp_path / "knn").iterdir())
+    assert files == sorted(f"{n}.npy" for n in ("x2y_sim", "x2y_ind", "y2x_sim", "y2x_ind", "x2y_mean", "y2x_mean",
+                                                "fwd_best", "fwd_score", "bwd_best", "bwd_score"))
+    assert not (tmp_path / "knn.lock").exists()
+    with pytest.raises(ValueError, match=r"out sims must be float32 of shape \(180, 4\)"):
+        M.knn_search(x, y, 4, device="cpu", show_progress=False, out=(np.zeros((180, 3), np.float32),
+                                                                       np.zeros((180, 4), np.int64)))
+
+
+def test_line_reader_numbers_lines_as_read_lines(tmp_path):
+    from hf_laser.mining.lines import LineReader
+
+    cases = [b"", b"a", b"a\n", b"\n", b"\n\n", b"a\nb", b"a\r\nb\xc3\n\xe2\x80\xa8x\nlast",
+             "ﬁ\u2028x\nß\n".encode(), b"\xc3\n\xff\xfe"]
+    for n, content in enumerate(cases):
+        path = tmp_path / f"{n}.txt"
+        path.write_bytes(content)
+        for offsets in (None, tmp_path / f"{n}.offsets"):
+            with LineReader(path, offsets, chunk_bytes=2) as lines:  # line ends across read chunks
+                assert [lines[i] for i in range(len(lines))] == list(M.iter_lines(path)), content
+                assert lines.lines_at(list(range(len(lines)))[::-1]) == list(M.iter_lines(path))[::-1]
+    with LineReader(tmp_path / "5.txt") as lines, pytest.raises(ValueError, match=r"line\(s\) \[2\] requested but "
+                                                                 "the file has 2 lines"):
+        lines.lines_at([0, 2])
+
+
 def test_planted_pairs_recovered_by_every_mode_and_index():
     rng = np.random.default_rng(7)
     n, d = 2000, 32

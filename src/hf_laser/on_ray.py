@@ -415,7 +415,7 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
                       nprobe: int | None = None, pq_m: int | None = None, train_size: int | None = None,
                       refine: bool | None = None, gpu_fp16: bool = False, normalize: bool = True,
                       show_progress: bool | None = None, desc: str = "kNN", stats: dict | None = None,
-                      in_flight: int = 4):
+                      in_flight: int = 4, out: tuple[np.ndarray, np.ndarray] | None = None):
     """[`hf_laser.mining.knn_search`] with the database's index shards held by Ray actors: `num_searchers` actors
     (default: one per CPU slot, or GPU with `gpus_per_searcher`, of the cluster, at most 64), the database split into
     shards of `shard_size` rows (default: one shard per actor) given out to them in turn; each actor builds its
@@ -427,14 +427,15 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
     outputs: the path must be readable on every node), else as rows through Ray's object store.
 
     Returns:
-        `(sims, inds)` as `knn_search`: float32 / int64 `[Nq, k]`.
+        `(sims, inds)` as `knn_search`: float32 / int64 `[Nq, k]` (`out`'s arrays when given, as `knn_search`).
     """
     import time
 
     from tqdm.auto import tqdm
 
     from .mining.index import _resolve_device
-    from .mining.search import _merge_into, _query_block, _tqdm_disable, check_knn_inputs, database_shards
+    from .mining.search import (_merge_into, _query_block, _tqdm_disable, check_knn_inputs, database_shards,
+                                result_arrays)
 
     ray = _ray()
     q, db, k = check_knn_inputs(queries, database, k)
@@ -470,8 +471,7 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
     searchers = [actor.remote(mine, index, dev, refine, options) for mine in held]
     ray.get([s.ready.remote() for s in searchers])
     t_search = time.perf_counter()
-    out_sims = np.full((len(q), k), -np.inf, dtype=np.float32)
-    out_inds = np.full((len(q), k), -1, dtype=np.int64)
+    out_sims, out_inds = result_arrays(len(q), k, out)
     pending = []
 
     def collect(qa, qb, futures):

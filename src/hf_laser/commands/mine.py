@@ -144,9 +144,11 @@ def run(args: argparse.Namespace) -> int:
     Errors are raised; under [`hf_laser.errors.run_cli`] they become one line on stderr with exit status 2 for a
     user error, 1 for a full disk.
     """
+    import shutil
     import tempfile
 
-    from ..mining import mine, read_lines_at, require_faiss
+    from ..mining import mine, require_faiss
+    from ..mining.lines import LineReader
     from ..models import resolve_model
 
     t0 = time.time()
@@ -204,20 +206,28 @@ def run(args: argparse.Namespace) -> int:
                         **({"device": args.device} if args.device else {}))
         x, dx = _side_embeddings(get_encoder, args.src, args.src_lang, embed_dir, args.dedup, args, show)
         y, dy = _side_embeddings(get_encoder, args.tgt, args.tgt_lang, embed_dir, args.dedup, args, show)
-        res = mine(
-            x, y, k=args.k, margin=args.margin, mode=args.mode, threshold=args.threshold, index=args.index,
-            device=args.knn_device, query_batch_size=args.query_batch_size, shard_size=args.shard_size,
-            nlist=args.nlist, nprobe=args.nprobe, pq_m=getattr(args, "pq_m", None), show_progress=show,
-            **({"knn": knn} if knn else {}),
-        )
-        src_lines = dx.to_original(res.src) if dx is not None else res.src
-        tgt_lines = dy.to_original(res.tgt) if dy is not None else res.tgt
-        src_text = read_lines_at(args.src, src_lines)
-        tgt_text = read_lines_at(args.tgt, tgt_lines)
-        out_path = Path(args.output)
-        with open(out_path, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
-            for s, i, j in zip(res.scores.tolist(), src_lines.tolist(), tgt_lines.tolist()):
-                out.write(f"{s:.6f}\t{src_text[i]}\t{tgt_text[j]}\n")
+        # the [N, k] kNN arrays and the line starts live on disk beside the embeddings, not in memory
+        scratch = Path(tempfile.mkdtemp(prefix="mine-scratch-", dir=embed_dir))
+        try:
+            res = mine(
+                x, y, k=args.k, margin=args.margin, mode=args.mode, threshold=args.threshold, index=args.index,
+                device=args.knn_device, query_batch_size=args.query_batch_size, shard_size=args.shard_size,
+                nlist=args.nlist, nprobe=args.nprobe, pq_m=getattr(args, "pq_m", None), show_progress=show,
+                knn_dir=scratch / "knn", **({"knn": knn} if knn else {}),
+            )
+            src_lines = dx.to_original(res.src) if dx is not None else res.src
+            tgt_lines = dy.to_original(res.tgt) if dy is not None else res.tgt
+            out_path = Path(args.output)
+            with LineReader(args.src, scratch / "src.offsets") as src_text, \
+                    LineReader(args.tgt, scratch / "tgt.offsets") as tgt_text, \
+                    open(out_path, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
+                for a in range(0, len(res), 1 << 16):  # written as read: the texts of a block of pairs at a time
+                    block = slice(a, a + (1 << 16))
+                    out.writelines(f"{s:.6f}\t{i}\t{j}\n" for s, i, j in zip(
+                        res.scores[block].tolist(), src_text.lines_at(src_lines[block]),
+                        tgt_text.lines_at(tgt_lines[block])))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         print(
             f" - mined {len(res)} pairs ({args.mode}, {args.margin} margin, k={args.k}"
             f"{'' if args.threshold is None else f', threshold {args.threshold}'}) from {len(x)} x {len(y)} "

@@ -12,7 +12,10 @@ Pipeline
 
    with ``margin`` one of ``ratio`` (``a / b``, default), ``distance`` (``a - b``) or ``absolute`` (``a``).
 4. Candidate selection (``forward``, ``backward``, ``intersection``, ``max``) as in LASER's
-   ``source/mine_bitexts.py``; the result is sorted by decreasing score.
+   ``source/mine_bitexts.py``; the result is sorted by decreasing score. Only each row's best candidate matters,
+   so steps 3-4 go row block by row block (``best_candidates``, then ``select_best`` on ``[N]`` vectors; the ``max``
+   mode's greedy walk in vectorised rounds), and ``mine(..., knn_dir=DIR)`` keeps the ``[N, k]`` kNN arrays in
+   ``.npy`` files: memory holds ``[N]`` vectors, not ``[N, k]`` arrays.
 
 Everything is written so that the vectors never need to be in memory at once: embeddings can be numpy arrays,
 ``.npy`` memory maps, or several shards (:class:`ShardedEmbeddings`, e.g. one file per process); queries are
@@ -63,7 +66,7 @@ Files
 ``embeddings.py`` (matrices that need not fit in memory), ``index.py`` (faiss: import, device, index building),
 ``search.py`` (kNN search, top-k merging), ``margin.py`` (margin scoring), ``selection.py`` (candidate selection),
 ``pairs.py`` (:func:`mine`, :func:`mine_sentences`), ``dedup.py`` (unique lines), ``lines.py`` (text files by line
-number), ``shards.py`` (multi-process embedding into shards and their manifests). Everything listed in ``__all__``
+number, :class:`LineReader` for any line where it is), ``shards.py`` (multi-process embedding into shards and their manifests). Everything listed in ``__all__``
 is importable from ``hf_laser.mining`` itself.
 """
 
@@ -72,11 +75,11 @@ from __future__ import annotations
 from .dedup import Dedup, deduplicate, deduplicate_file
 from .embeddings import Embeddings, ShardedEmbeddings, as_embeddings, l2_normalize
 from .index import build_index, faiss_gpu_available, index_factory_string, require_faiss
-from .lines import count_lines, iter_lines, read_lines_at
-from .margin import MARGINS, margin_function, neighbourhood_mean, score_candidates
+from .lines import LineReader, count_lines, iter_lines, read_lines_at
+from .margin import MARGINS, best_candidates, margin_function, neighbourhood_mean, score_candidates
 from .pairs import MinedPairs, mine, mine_sentences
 from .search import knn_search, merge_topk
-from .selection import _MODE_ALIASES, MODES, select_pairs  # noqa: F401 (_MODE_ALIASES: the command line's choices)
+from .selection import _MODE_ALIASES, MODES, select_best, select_pairs  # noqa: F401 (_MODE_ALIASES: the command line's choices)
 from .shards import (StaleEmbeddingsError, _dist_env, _shard_identity, embed_shards,  # noqa: F401
                      embedding_key, load_embedding_shards, plan_shards)
 from ..outputs import scan_input  # noqa: F401 (what mine --embed-dir hashes)
@@ -97,7 +100,9 @@ __all__ = [
     "margin_function",
     "neighbourhood_mean",
     "score_candidates",
+    "best_candidates",
     "select_pairs",
+    "select_best",
     "MinedPairs",
     "mine",
     "Dedup",
@@ -107,6 +112,7 @@ __all__ = [
     "iter_lines",
     "count_lines",
     "read_lines_at",
+    "LineReader",
     "plan_shards",
     "embed_shards",
     "load_embedding_shards",

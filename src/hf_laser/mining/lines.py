@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -31,3 +32,67 @@ def read_lines_at(path: str | os.PathLike, line_numbers: Iterable[int]) -> dict[
         missing = [i for i in targets if i not in out][:5]
         raise ValueError(f"{path}: line(s) {missing} requested but the file has fewer lines")
     return out
+
+
+class LineReader:
+    """Any line of a text file, numbered as [`read_lines_at`] numbers them, read where it is: one pass finds where
+    every line starts (8 bytes per line, in memory or in `offsets_file`), then each line is sliced out of a memory
+    map of the file. For writing millions of mined pairs in score order without holding their texts.
+
+    Args:
+        path: the text file.
+        offsets_file: where the line starts go (raw int64, overwritten); None: in memory.
+    """
+
+    def __init__(self, path: str | os.PathLike, offsets_file: str | os.PathLike | None = None,
+                 chunk_bytes: int = 1 << 24):
+        self.path = str(path)
+        self._file = open(path, "rb")
+        size = os.fstat(self._file.fileno()).st_size
+        starts, base, last = [np.zeros(1, dtype=np.int64)], 0, b""
+        while chunk := self._file.read(chunk_bytes):
+            starts.append(np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10).astype(np.int64) + base + 1)
+            base, last = base + len(chunk), chunk[-1:]
+        if base != size:
+            raise ValueError(f"{path} changed while it was read")
+        if size and last != b"\n":
+            starts.append(np.array([size], dtype=np.int64))  # a last line without a newline is a line
+        if offsets_file is None:
+            self.starts = np.concatenate(starts)
+        else:
+            with open(offsets_file, "wb") as out:
+                for part in starts:
+                    out.write(part.tobytes())
+            self.starts = np.memmap(offsets_file, dtype=np.int64, mode="r")
+        self._data = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, line: int) -> str:
+        if not 0 <= line < len(self):
+            raise IndexError(f"{self.path}: line {line} requested but the file has {len(self)} lines")
+        raw = self._data[int(self.starts[line]):int(self.starts[line + 1])]
+        return raw[:-1].decode("utf-8", "surrogateescape") if raw.endswith(b"\n") else \
+            raw.decode("utf-8", "surrogateescape")
+
+    def lines_at(self, lines: Sequence[int]) -> list[str]:
+        """The texts of `lines` (0-based), in the order given; a line past the end is a ValueError (the file is not
+        the one the line numbers came from)."""
+        lines = np.asarray(lines, dtype=np.int64)
+        bad = lines[(lines < 0) | (lines >= len(self))]
+        if bad.size:
+            raise ValueError(f"{self.path}: line(s) {bad[:5].tolist()} requested but the file has {len(self)} lines "
+                             "(did it change since it was embedded?)")
+        return [self[i] for i in lines.tolist()]
+
+    def close(self) -> None:
+        if isinstance(self._data, mmap.mmap):
+            self._data.close()
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

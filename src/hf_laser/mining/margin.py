@@ -1,4 +1,7 @@
-"""Margin scoring of kNN candidates: `margin(cos(x, y), mean kNN cos of x / 2 + mean kNN cos of y / 2)`."""
+"""Margin scoring of kNN candidates: `margin(cos(x, y), mean kNN cos of x / 2 + mean kNN cos of y / 2)`.
+
+Everything here works row block by row block ([`BLOCK_ROWS`] rows at a time), so `[N, k]` kNN arrays may be `.npy`
+memory maps larger than memory: only the `[N]` results are whole."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 MARGINS = ("ratio", "distance", "absolute")
+BLOCK_ROWS = 1 << 16
 
 
 def margin_function(margin: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -20,18 +24,23 @@ def margin_function(margin: str) -> Callable[[np.ndarray, np.ndarray], np.ndarra
     raise ValueError(f"unknown margin {margin!r}; expected one of {MARGINS}")
 
 
-def neighbourhood_mean(sims: np.ndarray, inds: np.ndarray | None = None) -> np.ndarray:
+def neighbourhood_mean(sims: np.ndarray, inds: np.ndarray | None = None, *, out: np.ndarray | None = None
+                       ) -> np.ndarray:
     """Mean cosine of each row's k nearest neighbours, ``[n]`` float64, from ``sims [n, k]``.
 
     Missing neighbours (``inds == -1`` or ``sims == -inf``) are left out of the mean; a row without any neighbour
-    gets NaN.
+    gets NaN. ``out``: a ``[n]`` float64 array to write into (e.g. a memory map), returned.
     """
-    sims = np.asarray(sims, dtype=np.float64)
-    valid = np.isfinite(sims) if inds is None else (np.asarray(inds) >= 0) & np.isfinite(sims)
-    cnt = valid.sum(axis=1)
-    tot = np.where(valid, sims, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
+    n = len(sims)
+    out = np.empty(n, dtype=np.float64) if out is None else out
+    for a in range(0, n, BLOCK_ROWS):
+        block = np.asarray(sims[a:a + BLOCK_ROWS], dtype=np.float64)
+        valid = np.isfinite(block) if inds is None else (np.asarray(inds[a:a + BLOCK_ROWS]) >= 0) & np.isfinite(block)
+        cnt = valid.sum(axis=1)
+        tot = np.where(valid, block, 0.0).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[a:a + len(block)] = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
+    return out
 
 
 def score_candidates(
@@ -61,3 +70,30 @@ def score_candidates(
         scores = np.broadcast_to(scores, inds.shape).astype(np.float64)
     scores = np.where(valid & np.isfinite(scores), scores, -np.inf)
     return scores
+
+
+def best_candidates(sims: np.ndarray, inds: np.ndarray, query_mean: np.ndarray, database_mean: np.ndarray,
+                    margin: str = "ratio", *, out: tuple[np.ndarray, np.ndarray] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's best candidate by margin score ([`score_candidates`]; the first of equal scores), computed
+    block by block without the ``[n, k]`` scores.
+
+    Args:
+        sims, inds, query_mean, database_mean, margin: as for [`score_candidates`].
+        out: ``([n] int64, [n] float64)`` arrays to write into (e.g. memory maps), returned.
+
+    Returns:
+        ``(best [n] int64 candidate rows, scores [n] float64)``; a query without a usable candidate has ``-inf``
+        (its row is then whichever missing candidate came first, possibly ``-1``).
+    """
+    n = len(sims)
+    best, score = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.float64)) if out is None else out
+    for a in range(0, n, BLOCK_ROWS):
+        b = min(n, a + BLOCK_ROWS)
+        block_inds = np.asarray(inds[a:b])
+        scores = score_candidates(sims[a:b], block_inds, query_mean[a:b], database_mean, margin)
+        arg = scores.argmax(axis=1)
+        rows = np.arange(b - a)
+        best[a:b] = block_inds[rows, arg]
+        score[a:b] = scores[rows, arg]
+    return best, score

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from .dedup import deduplicate
 from .embeddings import as_embeddings
-from .margin import margin_function, neighbourhood_mean, score_candidates
+from .margin import best_candidates, margin_function, neighbourhood_mean
 from .search import knn_search
-from .selection import _norm_mode, select_pairs
+from .selection import _norm_mode, select_best
 
 @dataclass
 class MinedPairs:
@@ -23,6 +26,8 @@ class MinedPairs:
         scores: ``[M]`` float64 margin scores.
         x2y_sim, x2y_ind: ``[Nx, k]`` forward kNN (float32 cosines, int64 target rows).
         y2x_sim, y2x_ind: ``[Ny, k]`` backward kNN.
+
+    With [`mine`]'s ``knn_dir`` the kNN arrays are read-only memory maps of its ``.npy`` files.
     """
 
     src: np.ndarray
@@ -60,6 +65,7 @@ def mine(
     normalize: bool = True,
     show_progress: bool | None = None,
     knn=knn_search,
+    knn_dir: str | os.PathLike | None = None,
 ) -> MinedPairs:
     """Mine parallel pairs between source embeddings ``[Nx, d]`` and target embeddings ``[Ny, d]``.
 
@@ -67,6 +73,13 @@ def mine(
     :func:`select_pairs` for the scoring and the selection modes, and :func:`knn_search` for the index options.
     ``knn`` is the search itself, a function with :func:`knn_search`'s signature (``hf_laser.on_ray`` gives one that
     spreads the index shards over Ray actors).
+
+    Memory: the two ``[N, k]`` kNN results (12 bytes x k per row and direction) and a few ``[N]`` vectors per side;
+    margin scores and the selection go row block by row block. With ``knn_dir`` (a directory of this run's own,
+    locked while it runs: ``DIR.lock``) the kNN results and the vectors are ``.npy`` files there
+    (``x2y_sim.npy``, ``x2y_ind.npy``, ``y2x_*``, ``*_mean.npy``, ``*_best.npy``, ``*_score.npy``, overwritten), filled
+    in place, and memory holds only what the selection needs (``max`` mode: three ``[Nx + Ny]`` vectors of 8 bytes,
+    fewer with a ``threshold``, which is applied first): mining whose kNN arrays do not fit.
 
     Returns:
         :class:`MinedPairs` with row numbers into the two inputs, sorted by decreasing score.
@@ -89,14 +102,66 @@ def mine(
         index=index, device=device, query_batch_size=query_batch_size, shard_size=shard_size, nlist=nlist,
         nprobe=nprobe, pq_m=pq_m, refine=refine, gpu_fp16=gpu_fp16, normalize=normalize, show_progress=show_progress,
     )
-    x2y_sim, x2y_ind = knn(x, y, k, desc="kNN src->tgt", **kw)
-    y2x_sim, y2x_ind = knn(y, x, k, desc="kNN tgt->src", **kw)
-    x2y_mean = neighbourhood_mean(x2y_sim, x2y_ind)
-    y2x_mean = neighbourhood_mean(y2x_sim, y2x_ind)
-    fwd_scores = score_candidates(x2y_sim, x2y_ind, x2y_mean, y2x_mean, margin)
-    bwd_scores = score_candidates(y2x_sim, y2x_ind, y2x_mean, x2y_mean, margin)
-    src, tgt, sc = select_pairs(x2y_ind, fwd_scores, y2x_ind, bwd_scores, mode=mode, threshold=threshold)
+    arrays = _MiningArrays(knn_dir, len(x), len(y), k)
+    with arrays.locked():
+        x2y_sim, x2y_ind = knn(x, y, k, desc="kNN src->tgt", **kw, **arrays.knn_out("x2y"))
+        y2x_sim, y2x_ind = knn(y, x, k, desc="kNN tgt->src", **kw, **arrays.knn_out("y2x"))
+        x2y_mean = neighbourhood_mean(x2y_sim, x2y_ind, out=arrays.vector("x2y_mean", len(x), np.float64))
+        y2x_mean = neighbourhood_mean(y2x_sim, y2x_ind, out=arrays.vector("y2x_mean", len(y), np.float64))
+        fwd = best_candidates(x2y_sim, x2y_ind, x2y_mean, y2x_mean, margin, out=arrays.best("fwd", len(x)))
+        bwd = best_candidates(y2x_sim, y2x_ind, y2x_mean, x2y_mean, margin, out=arrays.best("bwd", len(y)))
+        src, tgt, sc = select_best(*fwd, *bwd, mode=mode, threshold=threshold)
+        x2y_sim, x2y_ind, y2x_sim, y2x_ind = arrays.finished(x2y_sim, x2y_ind, y2x_sim, y2x_ind)
     return MinedPairs(src, tgt, sc, x2y_sim, x2y_ind, y2x_sim, y2x_ind)
+
+
+class _MiningArrays:
+    """Where [`mine`]'s large arrays live: in memory (``directory`` None), or as ``.npy`` memory maps in
+    ``directory``, flushed and reopened read-only when the mining is done."""
+
+    def __init__(self, directory, nx: int, ny: int, k: int):
+        self.directory, self.shapes, self.k = (None if directory is None else Path(directory)), {"x2y": nx, "y2x": ny}, k
+        self.maps: list = []
+
+    @contextlib.contextmanager
+    def locked(self):
+        if self.directory is None:
+            yield
+            return
+        from ..outputs import output_lock
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with output_lock(self.directory):
+            yield
+
+    def _map(self, name: str, shape: tuple, dtype):
+        array = np.lib.format.open_memmap(self.directory / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+        self.maps.append(array)
+        return array
+
+    def knn_out(self, direction: str) -> dict:
+        if self.directory is None:
+            return {}
+        n = self.shapes[direction]
+        return {"out": (self._map(f"{direction}_sim", (n, self.k), np.float32),
+                        self._map(f"{direction}_ind", (n, self.k), np.int64))}
+
+    def vector(self, name: str, n: int, dtype):
+        return None if self.directory is None else self._map(name, (n,), dtype)
+
+    def best(self, side: str, n: int):
+        if self.directory is None:
+            return None
+        return self._map(f"{side}_best", (n,), np.int64), self._map(f"{side}_score", (n,), np.float64)
+
+    def finished(self, *knn):
+        if self.directory is None:
+            return knn
+        for array in self.maps:
+            array.flush()
+        self.maps.clear()
+        return tuple(np.load(self.directory / f"{name}.npy", mmap_mode="r")
+                     for name in ("x2y_sim", "x2y_ind", "y2x_sim", "y2x_ind"))
 
 
 def mine_sentences(

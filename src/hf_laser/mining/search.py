@@ -55,6 +55,7 @@ def knn_search(
     show_progress: bool | None = None,
     desc: str = "kNN",
     stats: dict | None = None,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """k nearest neighbours by cosine similarity of every query among the database vectors.
 
@@ -73,6 +74,8 @@ def knn_search(
         device: ``None``/``"auto"`` (GPU when faiss sees one), ``"cpu"`` or ``"cuda"``.
         stats: if a dict is given, ``build_s`` (index training + adding) and ``search_s`` (search + refinement +
             merge) wall times in seconds are accumulated into it.
+        out: ``(sims, inds)`` float32 / int64 ``[Nq, k]`` arrays to write the result into (e.g. ``.npy`` memory maps,
+            for results larger than memory), returned.
 
     Returns:
         ``(sims, inds)``: float32 ``[Nq, k]`` cosines sorted in decreasing order and int64 ``[Nq, k]`` database rows.
@@ -83,8 +86,7 @@ def knn_search(
     if query_batch_size is None:
         query_batch_size = 131072 if dev == "gpu" else 8192
     nq = len(q)
-    out_sims = np.full((nq, k), -np.inf, dtype=np.float32)
-    out_inds = np.full((nq, k), -1, dtype=np.int64)
+    out_sims, out_inds = result_arrays(nq, k, out)
     shards = database_shards(len(db), shard_size)
 
     from tqdm.auto import tqdm  # noqa: PLC0415
@@ -129,6 +131,20 @@ def check_knn_inputs(queries, database, k) -> tuple[Embeddings, Embeddings, int]
     if k > len(db):
         raise ValueError(f"k={k} is larger than the corpus searched ({len(db)} vectors); use a smaller k")
     return q, db, k
+
+
+def result_arrays(nq: int, k: int, out=None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(sims, inds)`` ``[nq, k]`` arrays a search fills: ``out`` checked and cleared, or new ones."""
+    if out is None:
+        return np.full((nq, k), -np.inf, dtype=np.float32), np.full((nq, k), -1, dtype=np.int64)
+    sims, inds = out
+    for name, array, dtype in (("sims", sims, np.float32), ("inds", inds, np.int64)):
+        if array.shape != (nq, k) or array.dtype != dtype:
+            raise ValueError(f"out {name} must be {np.dtype(dtype)} of shape {(nq, k)}, got {array.dtype} "
+                             f"{array.shape}")
+    for a in range(0, nq, 1 << 16):
+        sims[a:a + (1 << 16)], inds[a:a + (1 << 16)] = -np.inf, -1
+    return sims, inds
 
 
 def database_shards(n: int, shard_size: int | None) -> list[tuple[int, int]]:

@@ -46,14 +46,30 @@ def select_pairs(
     Returns:
         ``(src [M] int64, tgt [M] int64, scores [M] float64)``.
     """
-    mode = _norm_mode(mode)
     nx, ny = fwd_inds.shape[0], bwd_inds.shape[0]
     fa = fwd_scores.argmax(axis=1)
     ba = bwd_scores.argmax(axis=1)
-    fwd_best = fwd_inds[np.arange(nx), fa].astype(np.int64)
-    bwd_best = bwd_inds[np.arange(ny), ba].astype(np.int64)
-    fwd_max = fwd_scores[np.arange(nx), fa].astype(np.float64)
-    bwd_max = bwd_scores[np.arange(ny), ba].astype(np.float64)
+    return select_best(fwd_inds[np.arange(nx), fa].astype(np.int64), fwd_scores[np.arange(nx), fa].astype(np.float64),
+                       bwd_inds[np.arange(ny), ba].astype(np.int64), bwd_scores[np.arange(ny), ba].astype(np.float64),
+                       mode=mode, threshold=threshold)
+
+
+def select_best(fwd_best: np.ndarray, fwd_max: np.ndarray, bwd_best: np.ndarray, bwd_max: np.ndarray,
+                mode: str = "max", threshold: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[`select_pairs`] from each row's best candidate alone (what [`~margin.best_candidates`] gives block by block),
+    so that nothing `[N, k]` is needed.
+
+    Args:
+        fwd_best, fwd_max: ``[Nx]`` each source row's best target and its margin score.
+        bwd_best, bwd_max: ``[Ny]`` each target row's best source and its score.
+
+    Returns:
+        ``(src [M] int64, tgt [M] int64, scores [M] float64)``, sorted by decreasing score.
+    """
+    mode = _norm_mode(mode)
+    nx, ny = len(fwd_best), len(bwd_best)
+    fwd_best, bwd_best = np.asarray(fwd_best, dtype=np.int64), np.asarray(bwd_best, dtype=np.int64)
+    fwd_max, bwd_max = np.asarray(fwd_max, dtype=np.float64), np.asarray(bwd_max, dtype=np.float64)
 
     if mode == "forward":
         src, tgt, sc = np.arange(nx, dtype=np.int64), fwd_best, fwd_max
@@ -66,24 +82,16 @@ def select_pairs(
         keep = ok & (back == np.arange(nx))
         src, tgt, sc = np.arange(nx, dtype=np.int64)[keep], fwd_best[keep], fwd_max[keep]
     else:  # max
-        src_all = np.concatenate([np.arange(nx, dtype=np.int64), bwd_best])
-        tgt_all = np.concatenate([fwd_best, np.arange(ny, dtype=np.int64)])
-        sc_all = np.concatenate([fwd_max, bwd_max])
-        usable = np.isfinite(sc_all) & (src_all >= 0) & (tgt_all >= 0)
+        src = np.concatenate([np.arange(nx, dtype=np.int64), bwd_best])
+        tgt = np.concatenate([fwd_best, np.arange(ny, dtype=np.int64)])
+        sc = np.concatenate([fwd_max, bwd_max])
+        usable = np.isfinite(sc) & (src >= 0) & (tgt >= 0)
+        if threshold is not None:  # exact: a pair at or below it comes after every pair above it, and goes anyway
+            usable &= sc > threshold
         cand = np.nonzero(usable)[0]
-        order = cand[np.argsort(-sc_all[cand], kind="stable")]
-        seen_src = np.zeros(nx, dtype=bool)
-        seen_tgt = np.zeros(ny, dtype=bool)
-        keep = []
-        s_all, t_all = src_all.tolist(), tgt_all.tolist()
-        for i in order.tolist():
-            s, t = s_all[i], t_all[i]
-            if not seen_src[s] and not seen_tgt[t]:
-                seen_src[s] = True
-                seen_tgt[t] = True
-                keep.append(i)
-        keep = np.asarray(keep, dtype=np.int64)
-        src, tgt, sc = src_all[keep], tgt_all[keep], sc_all[keep]
+        order = cand[np.argsort(-sc[cand], kind="stable")]
+        keep = order[greedy_matching(src[order], tgt[order])]
+        src, tgt, sc = src[keep], tgt[keep], sc[keep]
 
     ok = np.isfinite(sc) & (src >= 0) & (tgt >= 0)
     if threshold is not None:
@@ -91,3 +99,45 @@ def select_pairs(
     src, tgt, sc = src[ok], tgt[ok], sc[ok]
     order = np.argsort(-sc, kind="stable")
     return src[order], tgt[order], sc[order]
+
+
+def greedy_matching(src: np.ndarray, tgt: np.ndarray, *, loop_below: int = 4096) -> np.ndarray:
+    """Positions of the pairs kept by walking `(src[i], tgt[i])` in order and keeping a pair when neither its source
+    nor its target was kept before (the `max` mode), computed in vectorised rounds.
+
+    Each round keeps every pair that comes first, among the pairs still open, both for its source and for its target
+    (the walk would keep it: nothing before it touches its rows), and closes the pairs that share a row with one kept.
+    The walk keeps exactly these: a closed pair is one it rejects, and the pairs before an open pair that it keeps
+    share none of that pair's rows. Rounds are few on mining candidates (each row has few); the open pairs left once
+    fewer than `loop_below` remain, or once a round closes under 1 % of them, are walked one by one.
+
+    Returns:
+        int64 positions into `src` / `tgt`, increasing.
+    """
+    src, tgt = np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
+    open_ = np.arange(len(src), dtype=np.int64)
+    kept = []
+    n_src, n_tgt = (int(src.max()) + 1, int(tgt.max()) + 1) if len(src) else (0, 0)
+    while len(open_) > loop_below:
+        s, t = src[open_], tgt[open_]
+        first_of_src = np.full(n_src, len(src), dtype=np.int64)  # the first open position of each row
+        np.minimum.at(first_of_src, s, open_)
+        first_of_tgt = np.full(n_tgt, len(src), dtype=np.int64)
+        np.minimum.at(first_of_tgt, t, open_)
+        first = (first_of_src[s] == open_) & (first_of_tgt[t] == open_)
+        kept.append(open_[first])
+        used_src, used_tgt = np.zeros(n_src, dtype=bool), np.zeros(n_tgt, dtype=bool)
+        used_src[s[first]] = True
+        used_tgt[t[first]] = True
+        before = len(open_)
+        open_ = open_[~(used_src[s] | used_tgt[t])]
+        if before - len(open_) < before // 100:  # long chains of rows: rounds would be many and small
+            break
+    seen_src, seen_tgt, walked = set(), set(), []
+    for i, a, b in zip(open_.tolist(), src[open_].tolist(), tgt[open_].tolist()):
+        if a not in seen_src and b not in seen_tgt:
+            seen_src.add(a)
+            seen_tgt.add(b)
+            walked.append(i)
+    kept.append(np.asarray(walked, dtype=np.int64))
+    return np.sort(np.concatenate(kept))
