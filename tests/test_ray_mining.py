@@ -1,7 +1,7 @@
 """#49 items 2 and 4 (mining): the kNN search with its index shards held by Ray actors (`hf_laser.on_ray`) gives
 single-process `knn_search`'s result bit for bit with the same shards, `hf-laser mine --ray` the single-process
 pairs on a real BUCC-format corpus, a searcher killed mid-search changes nothing, and a killed driver's run resumes
-from its finished shards."""
+from its finished shards; a worker node removed mid-mining changes no pair."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 from conftest import SHARED, read_lines
-from test_ray import _assert_shards_as_single_process, _actor_pids, _long_text
+from test_ray import _assert_shards_as_single_process, _actor_pids, _long_text, _parent
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'hf-laser[ray]')")
 pytest.importorskip("faiss", reason="mining needs faiss (pip install 'hf-laser[mining]')")
@@ -136,3 +136,63 @@ def test_a_killed_driver_is_run_again_and_resumes_from_its_finished_shards(tmp_p
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in finished} == finished  # finished shards were not computed again
     _assert_shards_as_single_process(tmp_path, text, num_shards=6)
+
+
+def test_a_worker_node_removed_mid_mining_on_a_multi_node_cluster(tmp_path):
+    """Item 4 for mining on a real multi-node Ray cluster on this machine (a head without CPUs and three worker
+    nodes of one CPU each): while the two searcher actors answer the forward search's query blocks, the node whose
+    raylet runs one of them is removed without grace; the searcher is restarted on the free node (its index shards
+    rebuilt from the same `.npy` rows), its blocks retried, and `mine` gives bit for bit the pairs and scores of
+    single-process `mine` with the same index shards, with its kNN arrays in files (`knn_dir`)."""
+    from ray.cluster_utils import Cluster  # noqa: PLC0415
+
+    from hf_laser.mining import mine  # noqa: PLC0415
+
+    rng = np.random.default_rng(2)
+    src = rng.standard_normal((24000, 64)).astype(np.float32)
+    tgt = np.concatenate([src[:8000] + 0.3 * rng.standard_normal((8000, 64)).astype(np.float32),  # planted pairs
+                          rng.standard_normal((12000, 64)).astype(np.float32)])
+    np.save(tmp_path / "src.npy", src)
+    np.save(tmp_path / "tgt.npy", tgt)
+    if ray.is_initialized():  # (another test's local Ray, in this process)
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    removed = []
+    try:
+        nodes = [cluster.add_node(num_cpus=1) for _ in range(3)]
+        ray.init(address=cluster.address, log_to_driver=False)
+        cluster.wait_for_nodes()
+
+        def remove_a_searchers_node():
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not removed:
+                raylets = {_parent(pid) for pid in _actor_pids(b"ray::_Searcher")}
+                busy = [n for n in nodes if n.all_processes["raylet"][0].process.pid in raylets]
+                if len(busy) == 2:
+                    time.sleep(1.0)  # the indexes are built in well under a second: this is mid-search
+                    cluster.remove_node(busy[0], allow_graceful=False)
+                    removed.append(time.monotonic())
+                time.sleep(0.02)
+
+        watcher = threading.Thread(target=remove_a_searchers_node)
+        watcher.start()
+        searches = []
+
+        def knn(*args, **kwargs):  # when each direction's search ran
+            start = time.monotonic()
+            result = knn_search_on_ray(*args, num_searchers=2, **kwargs)
+            searches.append((start, time.monotonic()))
+            return result
+
+        got = mine(tmp_path / "src.npy", tmp_path / "tgt.npy", k=4, query_batch_size=200, show_progress=False,
+                   knn=knn, knn_dir=tmp_path / "knn")
+        watcher.join()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert removed, "no node was removed: the test did not test anything"
+    assert any(a < removed[0] < b for a, b in searches), "the node was removed outside the searches"
+    expected = mine(src, tgt, k=4, query_batch_size=200, shard_size=12000, show_progress=False)
+    assert len(expected) > 8000
+    for name in ("src", "tgt", "scores", "x2y_sim", "x2y_ind", "y2x_sim", "y2x_ind"):
+        assert np.array_equal(getattr(got, name), getattr(expected, name)), name
