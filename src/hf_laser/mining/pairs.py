@@ -78,8 +78,9 @@ def mine(
     margin scores and the selection go row block by row block. With ``knn_dir`` (a directory of this run's own,
     locked while it runs: ``DIR.lock``) the kNN results and the vectors are ``.npy`` files there
     (``x2y_sim.npy``, ``x2y_ind.npy``, ``y2x_*``, ``*_mean.npy``, ``*_best.npy``, ``*_score.npy``, overwritten), filled
-    in place, and memory holds only what the selection needs (``max`` mode: three ``[Nx + Ny]`` vectors of 8 bytes,
-    fewer with a ``threshold``, which is applied first): mining whose kNN arrays do not fit.
+    in place, and memory holds only the candidates the selection weighs (about 32 bytes each: every row's best
+    candidate in each direction, only those above ``threshold`` when one is given, as it is applied first): mining
+    whose kNN arrays do not fit.
 
     Returns:
         :class:`MinedPairs` with row numbers into the two inputs, sorted by decreasing score.

@@ -67,38 +67,41 @@ def select_best(fwd_best: np.ndarray, fwd_max: np.ndarray, bwd_best: np.ndarray,
         ``(src [M] int64, tgt [M] int64, scores [M] float64)``, sorted by decreasing score.
     """
     mode = _norm_mode(mode)
-    nx, ny = len(fwd_best), len(bwd_best)
-    fwd_best, bwd_best = np.asarray(fwd_best, dtype=np.int64), np.asarray(bwd_best, dtype=np.int64)
-    fwd_max, bwd_max = np.asarray(fwd_max, dtype=np.float64), np.asarray(bwd_max, dtype=np.float64)
-
+    # the threshold first, one side at a time: only the rows that can be kept are ever gathered (with memory maps
+    # of a billion rows, only they are read into memory); it changes no pair (see below)
+    f, fwd_tgt = _usable(fwd_best, fwd_max, threshold)
+    b, bwd_src = _usable(bwd_best, bwd_max, threshold)
     if mode == "forward":
-        src, tgt, sc = np.arange(nx, dtype=np.int64), fwd_best, fwd_max
+        src, tgt, sc = f, fwd_tgt, np.asarray(fwd_max[f], dtype=np.float64)
     elif mode == "backward":
-        src, tgt, sc = bwd_best, np.arange(ny, dtype=np.int64), bwd_max
+        src, tgt, sc = bwd_src, b, np.asarray(bwd_max[b], dtype=np.float64)
     elif mode == "intersection":
-        ok = fwd_best >= 0
-        back = np.full(nx, -1, dtype=np.int64)
-        back[ok] = bwd_best[fwd_best[ok]]
-        keep = ok & (back == np.arange(nx))
-        src, tgt, sc = np.arange(nx, dtype=np.int64)[keep], fwd_best[keep], fwd_max[keep]
-    else:  # max
-        src = np.concatenate([np.arange(nx, dtype=np.int64), bwd_best])
-        tgt = np.concatenate([fwd_best, np.arange(ny, dtype=np.int64)])
-        sc = np.concatenate([fwd_max, bwd_max])
-        usable = np.isfinite(sc) & (src >= 0) & (tgt >= 0)
-        if threshold is not None:  # exact: a pair at or below it comes after every pair above it, and goes anyway
-            usable &= sc > threshold
-        cand = np.nonzero(usable)[0]
-        order = cand[np.argsort(-sc[cand], kind="stable")]
+        keep = np.asarray(bwd_best[fwd_tgt], dtype=np.int64) == f
+        src, tgt, sc = f[keep], fwd_tgt[keep], np.asarray(fwd_max[f[keep]], dtype=np.float64)
+    else:  # max: a pair at or below the threshold would come after every pair above it, and go anyway
+        src, tgt = np.concatenate([f, bwd_src]), np.concatenate([fwd_tgt, b])
+        sc = np.concatenate([np.asarray(fwd_max[f], dtype=np.float64), np.asarray(bwd_max[b], dtype=np.float64)])
+        order = np.argsort(-sc, kind="stable")
         keep = order[greedy_matching(src[order], tgt[order])]
         src, tgt, sc = src[keep], tgt[keep], sc[keep]
-
-    ok = np.isfinite(sc) & (src >= 0) & (tgt >= 0)
-    if threshold is not None:
-        ok &= sc > threshold
-    src, tgt, sc = src[ok], tgt[ok], sc[ok]
     order = np.argsort(-sc, kind="stable")
     return src[order], tgt[order], sc[order]
+
+
+def _usable(best: np.ndarray, score: np.ndarray, threshold: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with a candidate whose score is finite (and above `threshold`), and those candidates (int64)."""
+    rows, parts = [], []
+    for a in range(0, len(best), 1 << 20):  # block by block: no [N] temporaries beyond the boolean mask
+        sc, bb = np.asarray(score[a:a + (1 << 20)]), np.asarray(best[a:a + (1 << 20)])
+        ok = np.isfinite(sc) & (bb >= 0)
+        if threshold is not None:
+            ok &= sc > threshold
+        found = np.nonzero(ok)[0]
+        rows.append(found + a)
+        parts.append(bb[found].astype(np.int64))
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(rows).astype(np.int64), np.concatenate(parts)
 
 
 def greedy_matching(src: np.ndarray, tgt: np.ndarray, *, loop_below: int = 4096) -> np.ndarray:
