@@ -36,16 +36,18 @@ def local_ray():
 
 @pytest.mark.parametrize("index", ["flat", "ivf"])
 def test_knn_on_ray_is_knn_search_with_the_same_shards(local_ray, tmp_path, index):
-    """In memory (rows through the object store) and as a `.npy` file (opened by the actors): 4 shards over 2 actors,
-    the last shard smaller than k; bit for bit single-process `knn_search(shard_size=...)`."""
+    """Database and queries in memory (rows through the object store) and as `.npy` files (opened by the actors):
+    4 shards over 2 actors, the last shard smaller than k; bit for bit single-process `knn_search(shard_size=...)`."""
     rng = np.random.default_rng(0)
     queries = rng.standard_normal((900, 32)).astype(np.float32)
     database = rng.standard_normal((1203, 32)).astype(np.float32)  # shards of 400, 400, 400, 3
     np.save(tmp_path / "db.npy", database)
     expected = knn_search(queries, database, 5, shard_size=400, index=index, query_batch_size=250,
                           show_progress=False)
-    for db in (database, tmp_path / "db.npy"):
-        got = knn_search_on_ray(queries, db, 5, num_searchers=2, shard_size=400, index=index, query_batch_size=250,
+    np.save(tmp_path / "queries.npy", queries)
+    for qs, db in ((queries, database), (queries, tmp_path / "db.npy"), (tmp_path / "queries.npy", database),
+                   (tmp_path / "queries.npy", tmp_path / "db.npy")):  # queries read by the searchers themselves
+        got = knn_search_on_ray(qs, db, 5, num_searchers=2, shard_size=400, index=index, query_batch_size=250,
                                 show_progress=False)
         assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
     with pytest.raises(ValueError, match="larger than the corpus"):

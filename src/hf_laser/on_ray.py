@@ -378,6 +378,13 @@ class _Searcher:
         return [search_shard(built, queries, min(k, stop - start), start, db, refine, self.normalize)
                 for built, db, start, stop, refine in self.shards]
 
+    def search_rows(self, queries, start: int, stop: int, k: int) -> list:
+        """[`search`] of the query rows `[start, stop)`, read here from the queries' `.npy` files (what the driver
+        would otherwise send to every searcher)."""
+        from .mining.search import _query_block
+
+        return self.search(_query_block(queries.rows(start, stop), self.normalize), k)
+
 
 class _RowWindow(Embeddings):
     """Rows `[start, start + len(rows))` of a database held in memory, addressed by their database row numbers (what
@@ -424,7 +431,9 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
     is restarted (its indexes rebuilt, the same) and its blocks retried.
 
     The database travels to the actors as file paths when it is `.npy` files (embedding shards, `encode_file`
-    outputs: the path must be readable on every node), else as rows through Ray's object store.
+    outputs: the path must be readable on every node), else as rows through Ray's object store. So do the queries:
+    from `.npy` files each searcher reads its query blocks itself and the driver sends only row ranges; from memory
+    the driver sends every block to every searcher (`Nq x d x 4` bytes times the number of searchers).
 
     Returns:
         `(sims, inds)` as `knn_search`: float32 / int64 `[Nq, k]` (`out`'s arrays when given, as `knn_search`).
@@ -481,10 +490,16 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
             _merge_into(out_sims[qa:qb], out_inds[qa:qb], sims, inds, len(shards) == 1)
 
     blocks = -(-len(q) // query_batch_size)
+    queries_by_path = ray.put(q) if _opens_its_files(q) else None
     with tqdm(total=blocks, desc=desc, unit="batch", disable=_tqdm_disable(show_progress)) as bar:
-        for qa, block in q.iter_blocks(query_batch_size):
-            ref = ray.put(_query_block(block, normalize))
-            pending.append((qa, qa + len(block), [s.search.remote(ref, k) for s in searchers]))
+        for qa in range(0, len(q), query_batch_size):
+            qb = min(qa + query_batch_size, len(q))
+            if queries_by_path is not None:
+                futures = [s.search_rows.remote(queries_by_path, qa, qb, k) for s in searchers]
+            else:
+                ref = ray.put(_query_block(q.rows(qa, qb), normalize))
+                futures = [s.search.remote(ref, k) for s in searchers]
+            pending.append((qa, qb, futures))
             while len(pending) > in_flight:
                 collect(*pending.pop(0))
                 bar.update(1)
