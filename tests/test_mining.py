@@ -571,6 +571,14 @@ def test_cli_mine_dedup_resume_and_shards(tmp_path, monkeypatch):
     # resume: embeddings are reused from --embed-dir (no new encode call), identical output
     assert _cli(monkeypatch, enc, [s, t, "-o", str(tmp_path / "again.tsv"), "--embed-dir", str(tmp_path / "emb")]) == 0
     assert enc.calls == [n + 10, n] and (tmp_path / "again.tsv").read_text() == out.read_text()
+    # the kNN arrays went to a scratch directory beside the embeddings, removed at the end; --no-refine reaches mine
+    seen, real_mine = {}, M.mine
+    monkeypatch.setattr(M, "mine", lambda *a, **kw: seen.update(kw) or real_mine(*a, **kw))
+    assert _cli(monkeypatch, enc, [s, t, "-o", str(tmp_path / "ivf.tsv"), "--embed-dir", str(tmp_path / "emb"),
+                                   "--index", "ivf", "--nlist", "2", "--no-refine"]) == 0
+    assert seen["refine"] is False and seen["knn_dir"].parent.parent == tmp_path / "emb"
+    assert sorted(p.name for p in (tmp_path / "emb").iterdir() if "scratch" in p.name) == []
+    monkeypatch.setattr(M, "mine", real_mine)
 
     # --dedup: unique lines embedded once; forward mode then yields one pair per unique source sentence
     enc2 = ConceptEncoder()

@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--nlist", type=int, default=None, help="IVF lists (default ~4*sqrt(N))")
     parser.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query (default 16)")
     parser.add_argument("--pq-m", type=int, default=None, help="PQ sub-quantizers for ivfpq (default d/16)")
+    parser.add_argument("--no-refine", dest="refine", action="store_false", default=None,
+                        help="with an approximate index, keep its similarities instead of recomputing the neighbours' "
+                        "cosines exactly from the embeddings (saves reading k rows per query; the margins are then "
+                        "approximate)")
     parser.add_argument("--shard-size", type=int, default=None,
                         help="split the searched corpus into indexes of this many vectors and merge top-k")
     parser.add_argument("--query-batch-size", type=int, default=None, help="queries searched per batch")
@@ -213,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
                 x, y, k=args.k, margin=args.margin, mode=args.mode, threshold=args.threshold, index=args.index,
                 device=args.knn_device, query_batch_size=args.query_batch_size, shard_size=args.shard_size,
                 nlist=args.nlist, nprobe=args.nprobe, pq_m=getattr(args, "pq_m", None), show_progress=show,
-                knn_dir=scratch / "knn", **({"knn": knn} if knn else {}),
+                refine=getattr(args, "refine", None), knn_dir=scratch / "knn", **({"knn": knn} if knn else {}),
             )
             src_lines = dx.to_original(res.src) if dx is not None else res.src
             tgt_lines = dy.to_original(res.tgt) if dy is not None else res.tgt
