@@ -83,6 +83,12 @@ def test_files_on_ray_give_the_single_process_shards_and_skip_finished_ones(loca
     before = {p: p.stat().st_mtime_ns for p in ray_npy}
     embed_files([("fr", text)], tmp_path / "ray", num_shards=5, num_encoders=2, speed="fp32")
     assert {p: p.stat().st_mtime_ns for p in ray_npy} == before  # finished shards are not computed again
+    # tokenized by 2 processes beside the encoder (the actor reserves 2 CPUs): the same bytes
+    embed_files([("fr", text)], tmp_path / "procs", num_shards=5, num_encoders=1, tokenizers_per_encoder=2,
+                speed="fp32")
+    assert all(a.read_bytes() == (tmp_path / "procs" / a.name).read_bytes() for a in ray_npy)
+    with pytest.raises(ValueError, match="tokenizers_per_encoder must be >= 1"):
+        embed_files([("fr", text)], tmp_path / "procs", tokenizers_per_encoder=0)
 
 
 def test_embed_shards_command_on_ray(tmp_path):

@@ -227,6 +227,10 @@ def add_ray_arguments(parser: argparse.ArgumentParser, *, searchers: bool = Fals
     parser.add_argument("--num-encoders", type=int, default=None,
                         help="with --ray: encoder actors (default: one per GPU with --gpus-per-encoder, else 1)")
     parser.add_argument("--gpus-per-encoder", type=float, default=0.0, help="with --ray: GPUs per encoder actor")
+    parser.add_argument("--tokenizers-per-encoder", type=int, default=1,
+                        help="with --ray: processes per encoder actor that tokenize the next chunk while it embeds "
+                             "(each reserves a CPU; default 1: a thread beside the model, enough on CPU; a GPU needs "
+                             "several)")
     if searchers:
         parser.add_argument("--num-searchers", type=int, default=None,
                             help="with --ray: kNN actors, each holding a shard of the searched side's index "

@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
 
         for lang, path in [(lang, path) for lang, path in args.input if _is_parquet(path)]:
             embed_parquet(path, args.embed_dir, model, lang=lang, text_column=args.text_column,
-                          num_encoders=args.num_encoders, gpus_per_encoder=args.gpus_per_encoder, fp16=args.fp16,
+                          num_encoders=args.num_encoders, gpus_per_encoder=args.gpus_per_encoder,
+                          tokenizers_per_encoder=args.tokenizers_per_encoder, fp16=args.fp16,
                           max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args),
                           say=lambda m: print(f"{WHO}: {m}", file=sys.stderr), **_speed(args),
                           **({"device": args.device} if args.device else {}))
@@ -111,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.input:
             return 0
         embed_files(args.input, args.embed_dir, model, num_shards=args.num_shards, num_encoders=args.num_encoders,
-                    gpus_per_encoder=args.gpus_per_encoder, pretokenized=args.pretokenized, fp16=args.fp16,
+                    gpus_per_encoder=args.gpus_per_encoder, tokenizers_per_encoder=args.tokenizers_per_encoder,
+                    pretokenized=args.pretokenized, fp16=args.fp16,
                     max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args),
                     say=lambda m: print(f"{WHO}: {m}", file=sys.stderr), **_speed(args),
                     **({"device": args.device} if args.device else {}))

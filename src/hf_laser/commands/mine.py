@@ -204,8 +204,8 @@ def run(args: argparse.Namespace) -> int:
 
             embed_files([(args.src_lang, args.src), (args.tgt_lang, args.tgt)], embed_dir, model,
                         num_encoders=args.num_encoders, gpus_per_encoder=args.gpus_per_encoder,
-                        pretokenized=args.pretokenized, fp16=args.fp16, max_tokens=args.max_tokens,
-                        max_sentence_tokens=max_sentence_tokens_arg(args),
+                        tokenizers_per_encoder=args.tokenizers_per_encoder, pretokenized=args.pretokenized,
+                        fp16=args.fp16, max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args),
                         **({"speed": args.speed} if args.speed else {}),
                         **({"device": args.device} if args.device else {}))
         x, dx = _side_embeddings(get_encoder, args.src, args.src_lang, embed_dir, args.dedup, args, show)

@@ -66,8 +66,8 @@ Files
 ``embeddings.py`` (matrices that need not fit in memory), ``index.py`` (faiss: import, device, index building),
 ``search.py`` (kNN search, top-k merging), ``margin.py`` (margin scoring), ``selection.py`` (candidate selection),
 ``pairs.py`` (:func:`mine`, :func:`mine_sentences`), ``dedup.py`` (unique lines), ``lines.py`` (text files by line
-number, :class:`LineReader` for any line where it is), ``shards.py`` (multi-process embedding into shards and their manifests). Everything listed in ``__all__``
-is importable from ``hf_laser.mining`` itself.
+number, :class:`LineReader` for any line where it is), ``shards.py`` (multi-process embedding into shards and their
+manifests). Everything listed in ``__all__`` is importable from ``hf_laser.mining`` itself.
 """
 
 from __future__ import annotations

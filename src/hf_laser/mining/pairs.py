@@ -121,7 +121,8 @@ class _MiningArrays:
     ``directory``, flushed and reopened read-only when the mining is done."""
 
     def __init__(self, directory, nx: int, ny: int, k: int):
-        self.directory, self.shapes, self.k = (None if directory is None else Path(directory)), {"x2y": nx, "y2x": ny}, k
+        self.directory = None if directory is None else Path(directory)
+        self.shapes, self.k = {"x2y": nx, "y2x": ny}, k
         self.maps: list = []
 
     @contextlib.contextmanager

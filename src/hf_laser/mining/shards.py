@@ -78,6 +78,7 @@ def embed_shards(
     max_tokens: int = 12000,
     max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS,
     show_progress_bar: bool | None = None,
+    num_proc: int = 1,
 ) -> Path | None:
     """Embed this process's share of a text file into ``.npy`` shards (one call per process).
 
@@ -87,7 +88,8 @@ def embed_shards(
     language, model, options: :func:`hf_laser.outputs.embedding_identity`); the process that finds all markers of
     this computation present writes the manifest ``{embedding_key}.shards.json`` (with that identity) that
     :func:`load_embedding_shards` and ``hf-laser mine --embed-dir`` read. Re-running skips the finished shards of the
-    same computation and recomputes the others (e.g. after the file was edited).
+    same computation and recomputes the others (e.g. after the file was edited). ``num_proc``: processes that
+    tokenize the next chunk while the model embeds this one (``encode_file``'s; the output is the same).
 
     Returns:
         The manifest path when all shards are done after this call, else None.
@@ -117,12 +119,13 @@ def embed_shards(
         with output_lock(embed_dir / f"{names[s]}.npy"):
             _embed_shard(encoder, input_path, embed_dir, names[s], bounds[s], tag, lang=lang,
                          pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
-                         max_sentence_tokens=max_sentence_tokens, show_progress_bar=show_progress_bar)
+                         max_sentence_tokens=max_sentence_tokens, show_progress_bar=show_progress_bar,
+                         num_proc=num_proc)
     return _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag)
 
 
 def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[int, int], tag: str, *, lang,
-                 pretokenized, fp16, max_tokens, max_sentence_tokens, show_progress_bar) -> None:
+                 pretokenized, fp16, max_tokens, max_sentence_tokens, show_progress_bar, num_proc: int = 1) -> None:
     """Embeds one shard (lines `bounds` of the input) unless its `.done.json` marker says it is done already."""
     a, b = bounds
     done = embed_dir / f"{name}.done.json"
@@ -144,6 +147,7 @@ def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[
         emb = encoder.encode_file(
             str(txt), str(npy), lang=lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
             max_sentence_tokens=max_sentence_tokens, show_progress_bar=show_progress_bar, resume=True,
+            num_proc=num_proc,
         )
         rows, dim = int(emb.shape[0]), int(emb.shape[1])
         del emb
