@@ -579,6 +579,22 @@ def test_cli_mine_dedup_resume_and_shards(tmp_path, monkeypatch):
     assert seen["refine"] is False and seen["knn_dir"].parent.parent == tmp_path / "emb"
     assert sorted(p.name for p in (tmp_path / "emb").iterdir() if "scratch" in p.name) == []
     monkeypatch.setattr(M, "mine", real_mine)
+    # a dead run's scratch directory (no lock held) is removed, a live run's (lock held) is left alone
+    dead, live = tmp_path / "emb" / "mine-scratch-dead", tmp_path / "emb" / "mine-scratch-live"
+    for d in (dead, live):
+        (d / "knn").mkdir(parents=True)
+        (d / "knn" / "x2y_sim.npy").write_bytes(b"old")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from hf_laser.outputs import output_lock\n"
+                               f"with output_lock({str(live)!r}):\n print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"  # another process's run, alive
+        assert _cli(monkeypatch, enc, [s, t, "-o", str(tmp_path / "again2.tsv"), "--embed-dir",
+                                       str(tmp_path / "emb")]) == 0
+        assert not dead.exists() and (live / "knn" / "x2y_sim.npy").read_bytes() == b"old"
+    finally:
+        holder.communicate("", timeout=60)
+    assert (tmp_path / "again2.tsv").read_text() == out.read_text()
 
     # --dedup: unique lines embedded once; forward mode then yields one pair per unique source sentence
     enc2 = ConceptEncoder()

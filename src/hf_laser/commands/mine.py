@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -142,13 +143,40 @@ def _side_embeddings_locked(encoder_fn, path, lang, embed_dir: Path, dedup: bool
     return emb, dd
 
 
+@contextlib.contextmanager
+def _scratch_dir(embed_dir: Path):
+    """A new directory in `embed_dir` for this run's kNN arrays, locked while the run uses it and removed after; the
+    scratch directories of runs that died (their lock no longer held) are removed first, saying so: they can be
+    many GB."""
+    import shutil
+    import uuid
+
+    from ..outputs import OutputBusyError, output_lock
+
+    for old in sorted(embed_dir.glob("mine-scratch-*")):
+        if not old.is_dir():
+            continue
+        try:
+            with output_lock(old):
+                shutil.rmtree(old, ignore_errors=True)
+            print(f"{WHO}: removed {old}, the scratch directory of a run that did not finish", file=sys.stderr)
+        except OutputBusyError:
+            continue  # another run's, in use
+    scratch = embed_dir / f"mine-scratch-{uuid.uuid4().hex[:12]}"
+    with output_lock(scratch):  # taken before the directory exists: a directory without a held lock is a dead run's
+        scratch.mkdir()
+        try:
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``hf-laser mine``: embed both files (streamed to disk), mine, write ``score<TAB>src<TAB>tgt``.
 
     Errors are raised; under [`hf_laser.errors.run_cli`] they become one line on stderr with exit status 2 for a
     user error, 1 for a full disk.
     """
-    import shutil
     import tempfile
 
     from ..mining import mine, require_faiss
@@ -211,8 +239,7 @@ def run(args: argparse.Namespace) -> int:
         x, dx = _side_embeddings(get_encoder, args.src, args.src_lang, embed_dir, args.dedup, args, show)
         y, dy = _side_embeddings(get_encoder, args.tgt, args.tgt_lang, embed_dir, args.dedup, args, show)
         # the [N, k] kNN arrays and the line starts live on disk beside the embeddings, not in memory
-        scratch = Path(tempfile.mkdtemp(prefix="mine-scratch-", dir=embed_dir))
-        try:
+        with _scratch_dir(embed_dir) as scratch:
             res = mine(
                 x, y, k=args.k, margin=args.margin, mode=args.mode, threshold=args.threshold, index=args.index,
                 device=args.knn_device, query_batch_size=args.query_batch_size, shard_size=args.shard_size,
@@ -230,8 +257,6 @@ def run(args: argparse.Namespace) -> int:
                     out.writelines(f"{s:.6f}\t{i}\t{j}\n" for s, i, j in zip(
                         res.scores[block].tolist(), src_text.lines_at(src_lines[block]),
                         tgt_text.lines_at(tgt_lines[block])))
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
         print(
             f" - mined {len(res)} pairs ({args.mode}, {args.margin} margin, k={args.k}"
             f"{'' if args.threshold is None else f', threshold {args.threshold}'}) from {len(x)} x {len(y)} "
