@@ -647,6 +647,42 @@ def test_line_helpers_and_shard_plan(tmp_path, monkeypatch):
         M.embed_shards(ConceptEncoder(), f, tmp_path / "e", "en", rank=2, world_size=2)
 
 
+def test_prepared_shards_read_only_their_bytes_and_never_trust_a_changed_file(tmp_path):
+    """`prepare_shards` (the Ray driver's one scan) gives every shard job its byte range: the shards are the bytes of
+    a run without it, also for a last line without newline and more shards than lines; a file changed since the scan
+    (size or time) is scanned again, so its shards are of its new content and carry its new hash."""
+    from hf_laser.mining.lines import line_byte_offsets  # noqa: PLC0415
+
+    f = tmp_path / "t.txt"
+    f.write_bytes("zero\none\u2028still one\r\ntwo\n\nfour é\nfive\xff".encode("utf-8", "surrogateescape"))
+    data = f.read_bytes()
+    starts = [0] + [i + 1 for i, b in enumerate(data) if b == 10] + [len(data)]  # 6 lines, the last without "\n"
+    assert line_byte_offsets(f, [0, 1, 2, 4, 6, 6]) == [starts[i] for i in (0, 1, 2, 4, 6, 6)]
+    with pytest.raises(ValueError, match="line 7 requested but the file has 6 lines"):
+        line_byte_offsets(f, [7])
+    class LineHashEncoder(ConceptEncoder):  # any line, empty or with invalid bytes: a vector of its bytes
+        def _vec(self, s):
+            h = int.from_bytes(hashlib.md5(s.encode("utf-8", "surrogateescape")).digest()[:8], "little")
+            return np.random.default_rng(h).standard_normal(self.dim)
+
+    enc = LineHashEncoder()
+    for num_shards in (3, 9):
+        prepared = M.prepare_shards(f, num_shards)
+        for rank in range(num_shards):
+            M.embed_shards(enc, f, tmp_path / f"plain{num_shards}", "en", rank=rank, world_size=num_shards)
+            M.embed_shards(enc, f, tmp_path / f"prep{num_shards}", "en", rank=rank, world_size=num_shards,
+                           prepared=prepared)
+        plain = sorted((tmp_path / f"plain{num_shards}").iterdir())
+        assert [p.name for p in plain] == [p.name for p in sorted((tmp_path / f"prep{num_shards}").iterdir())]
+        assert all(p.read_bytes() == (tmp_path / f"prep{num_shards}" / p.name).read_bytes() for p in plain)
+    prepared = M.prepare_shards(f, 3)
+    f.write_text("new\ncontent\nhere\nnow\n", encoding="utf-8")  # changed after the scan
+    for rank in range(3):
+        M.embed_shards(enc, f, tmp_path / "changed", "en", rank=rank, world_size=3, prepared=prepared)
+    shards = M.load_embedding_shards(tmp_path / "changed", f, "en")  # checks the manifest against the file now
+    np.testing.assert_allclose(shards.to_numpy(), enc.encode(["new", "content", "here", "now"]), atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # end to end with the converted tiny reference model
 # ---------------------------------------------------------------------------------------------------------------

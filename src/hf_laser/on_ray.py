@@ -174,12 +174,14 @@ class _ShardEncoder:
 
         self.encoder = LaserEncoder.from_pretrained(model, **loading)
 
-    def embed(self, path: str, embed_dir: str, lang: str, shard: int, num_shards: int, options: dict) -> str | None:
+    def embed(self, path: str, embed_dir: str, lang: str, shard: int, num_shards: int, options: dict,
+              prepared: dict | None = None) -> str | None:
         from .mining import embed_shards
 
-        # shard `shard` of `num_shards` is what rank `shard` of a world of `num_shards` embeds: exactly that shard
+        # shard `shard` of `num_shards` is what rank `shard` of a world of `num_shards` embeds: exactly that shard;
+        # `prepared` (the driver's one scan of the file) spares each job a read of the whole file
         manifest = embed_shards(self.encoder, path, embed_dir, lang, rank=shard, world_size=num_shards,
-                                num_shards=num_shards, show_progress_bar=False, **options)
+                                num_shards=num_shards, show_progress_bar=False, prepared=prepared, **options)
         return None if manifest is None else str(manifest)
 
 
@@ -348,7 +350,11 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
     # a dead actor is restarted and its call retried: the shard resumes from what encode_file saved
     actor = _encoder_actor(ray, _ShardEncoder, gpus_per_encoder, tokenizers_per_encoder)
     pool = ray.util.ActorPool([actor.remote(path, loading) for _ in range(num_encoders)])
-    jobs = [(p, embed_dir, lang, shard, num_shards, options) for lang, p in inputs for shard in range(num_shards)]
+    from .mining import prepare_shards
+
+    prepared = {p: ray.put(prepare_shards(p, num_shards)) for p in dict.fromkeys(p for _, p in inputs)}
+    jobs = [(p, embed_dir, lang, shard, num_shards, options, prepared[p]) for lang, p in inputs
+            for shard in range(num_shards)]
     manifests = {}
     for result in pool.map_unordered(lambda a, job: a.embed.remote(*job), jobs):
         if result is not None and result not in manifests:

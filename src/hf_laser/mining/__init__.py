@@ -81,7 +81,7 @@ from .pairs import MinedPairs, mine, mine_sentences
 from .search import knn_search, merge_topk
 from .selection import _MODE_ALIASES, MODES, select_best, select_pairs  # noqa: F401 (_MODE_ALIASES: the command line's choices)
 from .shards import (StaleEmbeddingsError, _dist_env, _shard_identity, embed_shards,  # noqa: F401
-                     embedding_key, load_embedding_shards, plan_shards)
+                     embedding_key, load_embedding_shards, plan_shards, prepare_shards)
 from ..outputs import scan_input  # noqa: F401 (what mine --embed-dir hashes)
 
 __all__ = [
@@ -114,6 +114,7 @@ __all__ = [
     "read_lines_at",
     "LineReader",
     "plan_shards",
+    "prepare_shards",
     "embed_shards",
     "load_embedding_shards",
     "StaleEmbeddingsError",

@@ -14,6 +14,41 @@ from ..encoder import count_lines, read_lines  # noqa: F401 (count_lines is part
 iter_lines = read_lines
 
 
+def line_byte_offsets(path: str | os.PathLike, lines: Sequence[int], chunk_bytes: int = 1 << 24) -> list[int]:
+    """Where each of `lines` (0-based line numbers, increasing) starts in the file, in bytes, in one pass at the
+    speed of counting newlines; a line number equal to the file's number of lines gives the file's size."""
+    wanted = [int(i) for i in lines]
+    if wanted != sorted(wanted) or (wanted and wanted[0] < 0):
+        raise ValueError("line numbers must be increasing and >= 0")
+    out, line, base, w = [], 0, 0, 0  # `line`: the number of the line that starts at byte `base` (or later)
+    while w < len(wanted) and wanted[w] == 0:
+        out.append(0)
+        w += 1
+    with open(path, "rb") as f:
+        while w < len(wanted) and (chunk := f.read(chunk_bytes)):
+            ends = chunk.count(b"\n")
+            if w < len(wanted) and wanted[w] <= line + ends:
+                newlines = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+                while w < len(wanted) and wanted[w] <= line + ends:
+                    # the start of line L is one byte after the (L - line)-th newline of this chunk
+                    out.append(base + int(newlines[wanted[w] - line - 1]) + 1)
+                    w += 1
+            line, base = line + ends, base + len(chunk)
+    size = os.path.getsize(path)
+    total = line + (1 if size and base == size and not _ends_with_newline(path, size) else 0)
+    for extra in wanted[w:]:
+        if extra != total:
+            raise ValueError(f"{path}: line {extra} requested but the file has {total} lines")
+        out.append(size)
+    return out
+
+
+def _ends_with_newline(path, size: int) -> bool:
+    with open(path, "rb") as f:
+        f.seek(size - 1)
+        return f.read(1) == b"\n"
+
+
 def read_lines_at(path: str | os.PathLike, line_numbers: Iterable[int]) -> dict[int, str]:
     """Read only the requested lines (0-based) of a text file in one streaming pass: ``{line_number: text}``."""
     wanted = np.unique(np.fromiter((int(i) for i in line_numbers), dtype=np.int64))

@@ -14,7 +14,7 @@ from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS
 from ..outputs import (embedding_identity, file_sha256, identity_changes, output_lock, read_json, scan_input,
                        write_json_atomic, write_npy_atomic)
 from .embeddings import ShardedEmbeddings
-from .lines import iter_lines
+from .lines import iter_lines, line_byte_offsets
 
 def embedding_key(input_path: str | os.PathLike, lang: str) -> str:
     """Stable file stem for the embeddings of ``input_path`` in language ``lang`` inside an embedding directory."""
@@ -34,6 +34,32 @@ def plan_shards(num_lines: int, num_shards: int) -> list[tuple[int, int]]:
         out.append((a, b))
         a = b
     return out
+
+
+def prepare_shards(input_path: str | os.PathLike, num_shards: int) -> dict:
+    """What every shard job of `input_path` needs from the whole file, computed once (two passes): its scan
+    ([`~hf_laser.outputs.scan_input`]: size, time, lines, sha256), the shards' line bounds and where they start in
+    bytes. Given to [`embed_shards`] as `prepared`, so that 1,000 shard jobs do not each read a 100 GB file (to hash
+    it and to find their lines)."""
+    info = scan_input(input_path)
+    bounds = plan_shards(info["lines"], int(num_shards))
+    starts = line_byte_offsets(input_path, [a for a, _ in bounds] + [info["lines"]])
+    return {"info": info, "num_shards": int(num_shards), "byte_bounds": list(zip(starts[:-1], starts[1:]))}
+
+
+def _prepared_for(prepared: dict | None, input_path, num_shards: int) -> dict | None:
+    """`prepared` when it is of this file as it is now (same path, size and modification time) and this shard
+    count; else None (the file is scanned again: a file that changed since is never embedded under its old hash)."""
+    if prepared is None or prepared.get("num_shards") != num_shards:
+        return None
+    info = prepared["info"]
+    try:
+        st = os.stat(input_path)
+    except OSError:
+        return None
+    same = (info["path"] == str(Path(input_path).resolve()) and info["size"] == st.st_size
+            and info["mtime_ns"] == st.st_mtime_ns)
+    return prepared if same else None
 
 
 def _manifest_path(embed_dir: Path, key: str) -> Path:
@@ -79,6 +105,7 @@ def embed_shards(
     max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS,
     show_progress_bar: bool | None = None,
     num_proc: int = 1,
+    prepared: dict | None = None,
 ) -> Path | None:
     """Embed this process's share of a text file into ``.npy`` shards (one call per process).
 
@@ -90,6 +117,8 @@ def embed_shards(
     :func:`load_embedding_shards` and ``hf-laser mine --embed-dir`` read. Re-running skips the finished shards of the
     same computation and recomputes the others (e.g. after the file was edited). ``num_proc``: processes that
     tokenize the next chunk while the model embeds this one (``encode_file``'s; the output is the same).
+    ``prepared``: [`prepare_shards`] of the file (used only while the file's size and modification time are the
+    ones it scanned), so that a shard job reads only its own lines.
 
     Returns:
         The manifest path when all shards are done after this call, else None.
@@ -103,11 +132,12 @@ def embed_shards(
     embed_dir = Path(embed_dir)
     embed_dir.mkdir(parents=True, exist_ok=True)
     key = embedding_key(input_path, lang)
-    info = scan_input(input_path)
+    num_shards = world_size if num_shards is None else int(num_shards)
+    prepared = _prepared_for(prepared, input_path, num_shards)
+    info = prepared["info"] if prepared else scan_input(input_path)
     n = info["lines"]
     if n == 0:
         raise ValueError(f"input file {input_path} is empty")
-    num_shards = world_size if num_shards is None else int(num_shards)
     identity = _shard_identity(encoder, info, lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
                                max_sentence_tokens=max_sentence_tokens)
     tag = _identity_tag(identity, num_shards)
@@ -120,12 +150,13 @@ def embed_shards(
             _embed_shard(encoder, input_path, embed_dir, names[s], bounds[s], tag, lang=lang,
                          pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
                          max_sentence_tokens=max_sentence_tokens, show_progress_bar=show_progress_bar,
-                         num_proc=num_proc)
+                         num_proc=num_proc, byte_range=prepared["byte_bounds"][s] if prepared else None)
     return _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag)
 
 
 def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[int, int], tag: str, *, lang,
-                 pretokenized, fp16, max_tokens, max_sentence_tokens, show_progress_bar, num_proc: int = 1) -> None:
+                 pretokenized, fp16, max_tokens, max_sentence_tokens, show_progress_bar, num_proc: int = 1,
+                 byte_range: tuple[int, int] | None = None) -> None:
     """Embeds one shard (lines `bounds` of the input) unless its `.done.json` marker says it is done already."""
     a, b = bounds
     done = embed_dir / f"{name}.done.json"
@@ -136,12 +167,15 @@ def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[
     done.unlink(missing_ok=True)
     # the shard's text, rewritten from the input (encode_file resumes its embedding when the content is the same)
     tmp = txt.with_name(txt.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
-        for pos, line in enumerate(iter_lines(input_path)):
-            if pos >= b:
-                break
-            if pos >= a:
-                out.write(line + "\n")
+    if byte_range is not None:  # the shard's bytes, where prepare_shards found them (every line ends in '\n')
+        _copy_lines(input_path, tmp, *byte_range, b - a)
+    else:
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
+            for pos, line in enumerate(iter_lines(input_path)):
+                if pos >= b:
+                    break
+                if pos >= a:
+                    out.write(line + "\n")
     os.replace(tmp, txt)
     if b > a:
         emb = encoder.encode_file(
@@ -159,6 +193,24 @@ def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[
         raise RuntimeError(f"shard {npy} has {rows} rows but {b - a} lines were embedded")
     write_json_atomic(done, {"start": a, "end": b, "rows": rows, "dim": dim, "file": npy.name, "tag": tag,
                              "sha256": file_sha256(npy)})
+
+
+def _copy_lines(source, target: Path, start: int, stop: int, lines: int) -> None:
+    """Bytes `[start, stop)` of `source` into `target`, a newline added if the last line has none; exactly `lines`
+    lines, or an error (the file is not the one that was scanned)."""
+    newlines, last = 0, b"\n"
+    with open(source, "rb") as src, open(target, "wb") as out:
+        src.seek(start)
+        left = stop - start
+        while left > 0 and (chunk := src.read(min(left, 1 << 24))):
+            out.write(chunk)
+            newlines, last, left = newlines + chunk.count(b"\n"), chunk[-1:], left - len(chunk)
+        if stop > start and last != b"\n":
+            out.write(b"\n")
+            newlines += 1
+    if left or newlines != lines:
+        raise RuntimeError(f"{source} changed while it was being embedded: bytes {start}-{stop} hold {newlines} "
+                           f"lines, {lines} expected; run the command again")
 
 
 def _done_tag(done: Path) -> str | None:
