@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     load("single_embed")
     x, y = (load_embedding_shards(work / "single", path, args.lang) for path in (src, tgt))
     t = time.perf_counter()
-    single = mine(x, y, shard_size=shard_size, **mine_kw)
+    single = mine(x, y, shard_size=shard_size, knn_dir=work / "knn-single", **mine_kw)  # kNN arrays on disk, as the CLI
     results["single_mine_s"] = time.perf_counter() - t
     load("single_mine")
     results["single_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
             stats: dict = {}
             t = time.perf_counter()  # on_ray.mine_on_ray, with the search's own timings
             on_ray = mine(x, y, knn=partial(knn_search_on_ray, num_searchers=slots, stats=stats), shard_size=shard_size,
-                          **mine_kw)
+                          knn_dir=work / "knn-ray", **mine_kw)
             results["ray_mine_s"] = time.perf_counter() - t
             load("ray_mine")
             results["ray_index_build_s"] = stats.get("build_s")
