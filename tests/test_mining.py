@@ -192,6 +192,10 @@ def test_select_best_with_ties_and_thresholds_equals_select_pairs_walk(mode):
     fwd_inds, bwd_inds = rng.integers(0, ny, (nx, k)), rng.integers(0, nx, (ny, k))
     fwd_scores, bwd_scores = rng.integers(0, 20, (nx, k)) / 10, rng.integers(0, 20, (ny, k)) / 10
     fwd_inds[5, :], fwd_scores[5, :] = -1, -np.inf  # a source without candidates
+    # float32 scores are compared with the threshold as float64: float32(1.05000003) = 1.0500000715 is above it
+    src, _, _ = M.select_best(np.array([0]), np.array([1.05000003], np.float32), np.array([0]),
+                              np.array([0.5], np.float32), mode, threshold=1.05000003)
+    assert len(src) == (0 if mode == "backward" else 1)
     for threshold in (None, 0.95, 1.0, 3.0):
         src, tgt, sc = M.select_pairs(fwd_inds, fwd_scores, bwd_inds, bwd_scores, mode, threshold=threshold)
         fa, ba = fwd_scores.argmax(1), bwd_scores.argmax(1)
@@ -219,6 +223,14 @@ def test_mine_with_knn_dir_equals_in_memory(rand_xy, tmp_path):
         for name in ("src", "tgt", "scores", "x2y_sim", "x2y_ind", "y2x_sim", "y2x_ind"):
             np.testing.assert_array_equal(getattr(disk, name), getattr(mem, name), err_msg=name)
         assert isinstance(disk.x2y_ind, np.memmap) and not isinstance(mem.x2y_ind, np.memmap)
+    # a later mine into the same directory leaves an earlier result's arrays as they were (new files, not rewritten)
+    kept = {name: np.array(getattr(disk, name)) for name in ("x2y_sim", "x2y_ind")}
+    M.mine(x[:50], y[:40], k=4, device="cpu", show_progress=False, knn_dir=tmp_path / "knn")
+    assert all(np.array_equal(getattr(disk, name), kept[name]) for name in kept)
+    # a search that returns arrays of its own instead of filling out=: its result is copied into the files
+    own = M.mine(x, y, k=4, mode=mode, device="cpu", show_progress=False, shard_size=70, knn_dir=tmp_path / "knn",
+                 knn=lambda q, d, k, out=None, **kw: M.knn_search(q, d, k, **kw))
+    assert np.array_equal(own.x2y_ind, mem.x2y_ind) and np.array_equal(own.scores, mem.scores)
     files = sorted(p.name for p in (tmp_path / "knn").iterdir())
     assert files == sorted(f"{n}.npy" for n in ("x2y_sim", "x2y_ind", "y2x_sim", "y2x_ind", "x2y_mean", "y2x_mean",
                                                 "fwd_best", "fwd_score", "bwd_best", "bwd_score"))
@@ -595,6 +607,22 @@ def test_cli_mine_dedup_resume_and_shards(tmp_path, monkeypatch):
     finally:
         holder.communicate("", timeout=60)
     assert (tmp_path / "again2.tsv").read_text() == out.read_text()
+    # the source file cut short while the pairs were being mined: an error naming it, and the output that was there
+    # before is left whole (nothing written, no .partial left)
+    whole = Path(s).read_bytes()
+
+    def mine_then_cut(*a, **kw):
+        result = real_mine(*a, **kw)
+        Path(s).write_text("\n".join(src[:20]) + "\n", encoding="utf-8")
+        return result
+
+    monkeypatch.setattr(M, "mine", mine_then_cut)
+    assert _cli(monkeypatch, enc, [s, t, "-o", str(tmp_path / "again2.tsv"), "--embed-dir",
+                                   str(tmp_path / "emb")]) == 2
+    monkeypatch.setattr(M, "mine", real_mine)
+    assert (tmp_path / "again2.tsv").read_text() == out.read_text()
+    assert not (tmp_path / "again2.tsv.partial").exists()
+    Path(s).write_bytes(whole)
 
     # --dedup: unique lines embedded once; forward mode then yields one pair per unique source sentence
     enc2 = ConceptEncoder()

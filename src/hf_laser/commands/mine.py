@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -249,14 +250,27 @@ def run(args: argparse.Namespace) -> int:
             src_lines = dx.to_original(res.src) if dx is not None else res.src
             tgt_lines = dy.to_original(res.tgt) if dy is not None else res.tgt
             out_path = Path(args.output)
+            # a file output is whole or absent, never cut short (a device or pipe, /dev/stdout, is written to as is)
+            direct = out_path.exists() and not out_path.is_file()
+            partial = out_path if direct else out_path.with_name(out_path.name + ".partial")
             with LineReader(args.src, scratch / "src.offsets") as src_text, \
-                    LineReader(args.tgt, scratch / "tgt.offsets") as tgt_text, \
-                    open(out_path, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
-                for a in range(0, len(res), 1 << 16):  # written as read: the texts of a block of pairs at a time
-                    block = slice(a, a + (1 << 16))
-                    out.writelines(f"{s:.6f}\t{i}\t{j}\n" for s, i, j in zip(
-                        res.scores[block].tolist(), src_text.lines_at(src_lines[block]),
-                        tgt_text.lines_at(tgt_lines[block])))
+                    LineReader(args.tgt, scratch / "tgt.offsets") as tgt_text:
+                for text, lines in ((src_text, src_lines), (tgt_text, tgt_lines)):
+                    if len(lines):
+                        text.lines_at([int(lines.max())])  # the file still has them all, before anything is written
+                try:
+                    with open(partial, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
+                        for a in range(0, len(res), 1 << 16):  # written as read: the texts of a block at a time
+                            block = slice(a, a + (1 << 16))
+                            out.writelines(f"{s:.6f}\t{i}\t{j}\n" for s, i, j in zip(
+                                res.scores[block].tolist(), src_text.lines_at(src_lines[block]),
+                                tgt_text.lines_at(tgt_lines[block])))
+                except BaseException:
+                    if not direct:
+                        partial.unlink(missing_ok=True)
+                    raise
+            if not direct:
+                os.replace(partial, out_path)
         print(
             f" - mined {len(res)} pairs ({args.mode}, {args.margin} margin, k={args.k}"
             f"{'' if args.threshold is None else f', threshold {args.threshold}'}) from {len(x)} x {len(y)} "

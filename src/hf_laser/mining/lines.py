@@ -83,23 +83,40 @@ class LineReader:
                  chunk_bytes: int = 1 << 24):
         self.path = str(path)
         self._file = open(path, "rb")
+        try:
+            self.starts = self._line_starts(offsets_file, chunk_bytes)
+            size = os.fstat(self._file.fileno()).st_size
+            self._data = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _line_starts(self, offsets_file, chunk_bytes: int) -> np.ndarray:
+        """Where every line starts, then the file's size: in memory, or written part by part to `offsets_file`
+        (then memory-mapped: memory holds one chunk's worth)."""
         size = os.fstat(self._file.fileno()).st_size
-        starts, base, last = [np.zeros(1, dtype=np.int64)], 0, b""
-        while chunk := self._file.read(chunk_bytes):
-            starts.append(np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10).astype(np.int64) + base + 1)
-            base, last = base + len(chunk), chunk[-1:]
-        if base != size:
-            raise ValueError(f"{path} changed while it was read")
-        if size and last != b"\n":
-            starts.append(np.array([size], dtype=np.int64))  # a last line without a newline is a line
-        if offsets_file is None:
-            self.starts = np.concatenate(starts)
-        else:
-            with open(offsets_file, "wb") as out:
-                for part in starts:
+        parts: list[np.ndarray] = []
+        out = open(offsets_file, "wb") if offsets_file is not None else None
+        try:
+            def keep(part: np.ndarray) -> None:
+                if out is not None:
                     out.write(part.tobytes())
-            self.starts = np.memmap(offsets_file, dtype=np.int64, mode="r")
-        self._data = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                else:
+                    parts.append(part)
+
+            keep(np.zeros(1, dtype=np.int64))
+            base, last = 0, b""
+            while chunk := self._file.read(chunk_bytes):
+                keep(np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10).astype(np.int64) + base + 1)
+                base, last = base + len(chunk), chunk[-1:]
+            if base != size:
+                raise ValueError(f"{self.path} changed while it was read")
+            if size and last != b"\n":
+                keep(np.array([size], dtype=np.int64))  # a last line without a newline is a line
+        finally:
+            if out is not None:
+                out.close()
+        return np.concatenate(parts) if offsets_file is None else np.memmap(offsets_file, dtype=np.int64, mode="r")
 
     def __len__(self) -> int:
         return len(self.starts) - 1
@@ -124,6 +141,7 @@ class LineReader:
     def close(self) -> None:
         if isinstance(self._data, mmap.mmap):
             self._data.close()
+        self.starts = None  # (a memory map of the offsets file closes with its last reference)
         self._file.close()
 
     def __enter__(self):

@@ -72,7 +72,8 @@ def mine(
     Both kNN directions are always computed (the margin needs both neighbourhoods). See the module docstring and
     :func:`select_pairs` for the scoring and the selection modes, and :func:`knn_search` for the index options.
     ``knn`` is the search itself, a function with :func:`knn_search`'s signature (``hf_laser.on_ray`` gives one that
-    spreads the index shards over Ray actors).
+    spreads the index shards over Ray actors); with ``knn_dir`` it is given ``out=`` arrays to fill (a result
+    returned in arrays of its own is copied into them).
 
     Memory: the two ``[N, k]`` kNN results (12 bytes x k per row and direction) and a few ``[N]`` vectors per side;
     margin scores and the selection go row block by row block. With ``knn_dir`` (a directory of this run's own,
@@ -105,8 +106,10 @@ def mine(
     )
     arrays = _MiningArrays(knn_dir, len(x), len(y), k)
     with arrays.locked():
-        x2y_sim, x2y_ind = knn(x, y, k, desc="kNN src->tgt", **kw, **arrays.knn_out("x2y"))
-        y2x_sim, y2x_ind = knn(y, x, k, desc="kNN tgt->src", **kw, **arrays.knn_out("y2x"))
+        out = arrays.knn_out("x2y")
+        x2y_sim, x2y_ind = arrays.kept(knn(x, y, k, desc="kNN src->tgt", **kw, **out), out)
+        out = arrays.knn_out("y2x")
+        y2x_sim, y2x_ind = arrays.kept(knn(y, x, k, desc="kNN tgt->src", **kw, **out), out)
         x2y_mean = neighbourhood_mean(x2y_sim, x2y_ind, out=arrays.vector("x2y_mean", len(x), np.float64))
         y2x_mean = neighbourhood_mean(y2x_sim, y2x_ind, out=arrays.vector("y2x_mean", len(y), np.float64))
         fwd = best_candidates(x2y_sim, x2y_ind, x2y_mean, y2x_mean, margin, out=arrays.best("fwd", len(x)))
@@ -137,7 +140,9 @@ class _MiningArrays:
             yield
 
     def _map(self, name: str, shape: tuple, dtype):
-        array = np.lib.format.open_memmap(self.directory / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+        path = self.directory / f"{name}.npy"
+        path.unlink(missing_ok=True)  # a new file: an earlier result's memory maps keep the old one
+        array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
         self.maps.append(array)
         return array
 
@@ -147,6 +152,15 @@ class _MiningArrays:
         n = self.shapes[direction]
         return {"out": (self._map(f"{direction}_sim", (n, self.k), np.float32),
                         self._map(f"{direction}_ind", (n, self.k), np.int64))}
+
+    def kept(self, result: tuple, given: dict) -> tuple:
+        """A search's result in the files: copied there block by block when the search returned arrays of its own
+        instead of filling `out`."""
+        for got, out in zip(result, given.get("out", ())):
+            if got is not out:
+                for a in range(0, len(out), 1 << 16):
+                    out[a:a + (1 << 16)] = got[a:a + (1 << 16)]
+        return given["out"] if given else result
 
     def vector(self, name: str, n: int, dtype):
         return None if self.directory is None else self._map(name, (n,), dtype)

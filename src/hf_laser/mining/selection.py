@@ -92,7 +92,8 @@ def _usable(best: np.ndarray, score: np.ndarray, threshold: float | None) -> tup
     """The rows with a candidate whose score is finite (and above `threshold`), and those candidates (int64)."""
     rows, parts = [], []
     for a in range(0, len(best), 1 << 20):  # block by block: no [N] temporaries beyond the boolean mask
-        sc, bb = np.asarray(score[a:a + (1 << 20)]), np.asarray(best[a:a + (1 << 20)])
+        sc = np.asarray(score[a:a + (1 << 20)], dtype=np.float64)  # compared as float64, whatever is given
+        bb = np.asarray(best[a:a + (1 << 20)])
         ok = np.isfinite(sc) & (bb >= 0)
         if threshold is not None:
             ok &= sc > threshold

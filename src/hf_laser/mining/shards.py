@@ -43,7 +43,14 @@ def prepare_shards(input_path: str | os.PathLike, num_shards: int) -> dict:
     it and to find their lines)."""
     info = scan_input(input_path)
     bounds = plan_shards(info["lines"], int(num_shards))
-    starts = line_byte_offsets(input_path, [a for a, _ in bounds] + [info["lines"]])
+    try:
+        starts = line_byte_offsets(input_path, [a for a, _ in bounds] + [info["lines"]])
+        st = os.stat(input_path)
+    except (ValueError, OSError):
+        st = None
+    if st is None or (st.st_size, st.st_mtime_ns) != (info["size"], info["mtime_ns"]):
+        raise RuntimeError(f"{input_path} changed while it was being scanned; run the command again when it is "
+                           "written")
     return {"info": info, "num_shards": int(num_shards), "byte_bounds": list(zip(starts[:-1], starts[1:]))}
 
 
@@ -168,7 +175,11 @@ def _embed_shard(encoder, input_path, embed_dir: Path, name: str, bounds: tuple[
     # the shard's text, rewritten from the input (encode_file resumes its embedding when the content is the same)
     tmp = txt.with_name(txt.name + ".tmp")
     if byte_range is not None:  # the shard's bytes, where prepare_shards found them (every line ends in '\n')
-        _copy_lines(input_path, tmp, *byte_range, b - a)
+        try:
+            _copy_lines(input_path, tmp, *byte_range, b - a)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     else:
         with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="\n") as out:
             for pos, line in enumerate(iter_lines(input_path)):
