@@ -77,11 +77,11 @@ def mine(
 
     Memory: the two ``[N, k]`` kNN results (12 bytes x k per row and direction) and a few ``[N]`` vectors per side;
     margin scores and the selection go row block by row block. With ``knn_dir`` (a directory of this run's own,
-    locked while it runs: ``DIR.lock``) the kNN results and the vectors are ``.npy`` files there
-    (``x2y_sim.npy``, ``x2y_ind.npy``, ``y2x_*``, ``*_mean.npy``, ``*_best.npy``, ``*_score.npy``, overwritten), filled
-    in place, and memory holds only the candidates the selection weighs (about 32 bytes each: every row's best
-    candidate in each direction, only those above ``threshold`` when one is given, as it is applied first): mining
-    whose kNN arrays do not fit.
+    locked while it runs: ``DIR.lock``) the kNN results and the vectors are ``.npy`` files there (``x2y_sim.npy``,
+    ``x2y_ind.npy``, ``y2x_*``, ``*_mean.npy``, ``*_best.npy``, ``*_score.npy``, overwritten), filled in place, and
+    memory holds only the candidates the selection weighs (about 80 bytes each at the peak of the ``max`` selection,
+    plus 16 bytes per row: every row's best candidate in each direction, only those above ``threshold`` when one is
+    given, as it is applied first): mining whose kNN arrays do not fit.
 
     Returns:
         :class:`MinedPairs` with row numbers into the two inputs, sorted by decreasing score.
