@@ -20,8 +20,10 @@ from hf_laser.on_ray import embed_dataset  # noqa: E402
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """No cluster address: embed_dataset starts Ray on this machine itself."""
+    """A Ray of this test process's own on this machine, as hf_laser starts without an address (`"local"`: never
+    another test's cluster found running here, whose nodes those tests remove)."""
     assert not ray.is_initialized()
+    ray.init(address="local", log_to_driver=False)
     yield
     ray.shutdown()
 

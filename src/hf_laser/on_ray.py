@@ -47,6 +47,12 @@ def _ray():
     return ray
 
 
+def _init_ray(ray) -> None:
+    """Connects to `RAY_ADDRESS`'s cluster, else starts a Ray of this process's own on this machine (`"local"`:
+    never one found running here, such as another program's: its nodes could go away under this job)."""
+    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
+
+
 def _start(model, who: str, num_encoders: int | None, gpus_per_encoder: float, loading: dict) -> tuple[str, int]:
     """`(model path every node can use, number of encoder actors)`; connects to Ray (`RAY_ADDRESS`, else a local
     Ray on this machine) unless it is running; with GPUs the encoders' default device is `"cuda"` (in `loading`)."""
@@ -59,7 +65,7 @@ def _start(model, who: str, num_encoders: int | None, gpus_per_encoder: float, l
     if gpus_per_encoder:
         loading.setdefault("device", "cuda")
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)  # none: a local Ray, this machine
+        _init_ray(ray)
     if num_encoders is None:
         gpus = ray.cluster_resources().get("GPU", 0) if gpus_per_encoder else 0
         num_encoders = max(1, int(gpus // gpus_per_encoder)) if gpus else 1
@@ -469,7 +475,7 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
     ray = _ray()
     q, db, k = check_knn_inputs(queries, database, k)
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False)
+        _init_ray(ray)
     if num_searchers is None:
         slots = ray.cluster_resources().get("GPU" if gpus_per_searcher else "CPU", 1)
         num_searchers = int(min(64, max(1, slots // (gpus_per_searcher or cpus_per_searcher))))
