@@ -19,6 +19,9 @@ real lengths; the mined pairs mean nothing and are only compared between the two
 Example (the figures in docs/mine.md)::
 
     python benchmarks/ray_scale.py --make-corpus 1000000 --corpus-dir /tmp/ray1m --index ivf --out ray_1m.json
+
+`--single-embeddings DIR` reuses the single-process embeddings of an earlier run (checked against the input hashes,
+model and options) when only the mining and the Ray side are to be measured again.
 """
 
 from __future__ import annotations
@@ -118,6 +121,10 @@ def main(argv=None) -> int:
     p.add_argument("--nlist", type=int, default=None)
     p.add_argument("--nprobe", type=int, default=None)
     p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--single-embeddings", default=None, metavar="DIR",
+                   help="the single-process embeddings of an earlier run of the same files, model and speed (its "
+                        "run-PID/single directory, checked against what is asked: input hashes, model, options); "
+                        "skips that phase, whose time is then not measured (single_embed_s null)")
     args = p.parse_args(argv)
     threads = args.threads or args.nodes * args.cpus_per_node
 
@@ -154,13 +161,29 @@ def main(argv=None) -> int:
 
     model = str(resolve_model(args.model, who="ray_scale"))
     encoder = LaserEncoder.from_pretrained(model, speed=args.speed)
-    t = time.perf_counter()
-    for path in (src, tgt):
-        embed_shards(encoder, path, work / "single", args.lang, rank=0, world_size=1, num_shards=1,
-                     show_progress_bar=True)
-    results["single_embed_s"] = time.perf_counter() - t
-    load("single_embed")
-    x, y = (load_embedding_shards(work / "single", path, args.lang) for path in (src, tgt))
+    single_dir = work / "single"
+    if args.single_embeddings:  # reused only if they are what this run would compute (else StaleEmbeddingsError)
+        import inspect
+
+        from hf_laser.mining.shards import _shard_identity
+        from hf_laser.outputs import scan_input
+
+        single_dir = Path(args.single_embeddings)
+        max_tokens = inspect.signature(embed_shards).parameters["max_tokens"].default  # as embed_shards below
+        x, y = (load_embedding_shards(single_dir, path, args.lang, identity=_shard_identity(
+            encoder, scan_input(path), args.lang, pretokenized=False, fp16=False, max_tokens=max_tokens))
+            for path in (src, tgt))
+        if x is None or y is None:
+            raise SystemExit(f"--single-embeddings {single_dir}: no complete embeddings of {src} and {tgt} there")
+        results.update(single_embed_s=None, single_embeddings_reused_from=str(single_dir))
+    else:
+        t = time.perf_counter()
+        for path in (src, tgt):
+            embed_shards(encoder, path, single_dir, args.lang, rank=0, world_size=1, num_shards=1,
+                         show_progress_bar=True)
+        results["single_embed_s"] = time.perf_counter() - t
+        load("single_embed")
+    x, y = (load_embedding_shards(single_dir, path, args.lang) for path in (src, tgt))
     t = time.perf_counter()
     single = mine(x, y, shard_size=shard_size, knn_dir=work / "knn-single", **mine_kw)  # kNN arrays on disk, as the CLI
     results["single_mine_s"] = time.perf_counter() - t
