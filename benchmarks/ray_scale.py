@@ -145,7 +145,11 @@ def main(argv=None) -> int:
     slots = args.nodes * args.cpus_per_node
     shard_size = -(-results["lines"] // slots)
     mine_kw = {"index": args.index, "nlist": args.nlist, "nprobe": args.nprobe, "show_progress": False}
-    results["index_shard_rows"] = shard_size
+    # and embed with the same shard plan (Ray's default, 4 shards per encoder): a sentence's embedding depends on the
+    # batch it is padded with (round-off), so another plan gives other last bits, which an approximate index's
+    # k-means turns into other neighbours (measured: 1 shard against 8 moved 6-14 % of the 1M kNN lists)
+    embed_shards_per_file = 4 * slots
+    results.update(index_shard_rows=shard_size, embed_shards_per_file=embed_shards_per_file)
 
     def load(phase: str) -> None:  # what else ran: a figure measured beside other work says so
         results[f"loadavg_after_{phase}"] = round(os.getloadavg()[0], 2)
@@ -175,12 +179,16 @@ def main(argv=None) -> int:
             for path in (src, tgt))
         if x is None or y is None:
             raise SystemExit(f"--single-embeddings {single_dir}: no complete embeddings of {src} and {tgt} there")
+        plans = {len(e.shards) if hasattr(e, "shards") else 1 for e in (x, y)}
+        if plans != {embed_shards_per_file}:
+            raise SystemExit(f"--single-embeddings {single_dir}: embedded in {sorted(plans)} shard(s) per file, not "
+                             f"{embed_shards_per_file} as the Ray side: their last bits would differ")
         results.update(single_embed_s=None, single_embeddings_reused_from=str(single_dir))
     else:
         t = time.perf_counter()
         for path in (src, tgt):
-            embed_shards(encoder, path, single_dir, args.lang, rank=0, world_size=1, num_shards=1,
-                         show_progress_bar=True)
+            embed_shards(encoder, path, single_dir, args.lang, rank=0, world_size=1,
+                         num_shards=embed_shards_per_file, show_progress_bar=True)
         results["single_embed_s"] = time.perf_counter() - t
         load("single_embed")
     x, y = (load_embedding_shards(single_dir, path, args.lang) for path in (src, tgt))
@@ -210,7 +218,7 @@ def main(argv=None) -> int:
         with NodeMemory(raylets) as memory:
             t = time.perf_counter()
             embed_files([(args.lang, src), (args.lang, tgt)], work / "ray", model, num_encoders=slots,
-                        speed=args.speed)
+                        num_shards=embed_shards_per_file, speed=args.speed)
             results["ray_embed_s"] = time.perf_counter() - t
             load("ray_embed")
             x, y = (load_embedding_shards(work / "ray", path, args.lang) for path in (src, tgt))

@@ -81,10 +81,21 @@ def tatoeba_split(tmp_path_factory) -> Path:
     """`training/split_tatoeba.py` run on the shared Tatoeba training pairs (~20 s): `train/` (what laser-mini's
     config trains on) and `valid/` (the held-out pairs, one `xx-en/` folder per language)."""
     require_shared(SHARED / "data" / "parallel" / "train" / "tatoeba")
+    from filelock import FileLock
     from training.split_tatoeba import main as split_tatoeba
 
-    out = tmp_path_factory.mktemp("tatoeba-split")
-    assert split_tatoeba(["--src", str(SHARED / "data" / "parallel" / "train" / "tatoeba"), "--out", str(out)]) == 0
+    def split(out: Path) -> Path:
+        assert split_tatoeba(["--src", str(SHARED / "data" / "parallel" / "train" / "tatoeba"), "--out", str(out)]) == 0
+        return out
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return split(tmp_path_factory.mktemp("tatoeba-split"))
+    # xdist: the workers of this run share one split (their base temp's parent belongs to this run only)
+    run_dir = tmp_path_factory.getbasetemp().parent
+    out = run_dir / "tatoeba-split"
+    with FileLock(str(run_dir / "tatoeba-split.lock")):
+        if not (out / "split.json").is_file():  # written last, then renamed into place: there means whole
+            split(out)
     return out
 
 
