@@ -18,7 +18,7 @@ real lengths; the mined pairs mean nothing and are only compared between the two
 
 Example (the figures in docs/mine.md)::
 
-    python benchmarks/ray_scale.py --make-corpus 1000000 --corpus-dir /tmp/ray1m --index ivf --out ray_1m.json
+    python benchmarks/ray_scale.py --make-corpus 1000000 --corpus-dir /tmp/ray1m --index ivfpq --out ray_1m.json
 
 `--single-embeddings DIR` reuses the single-process embeddings of an earlier run (checked against the input hashes,
 model and options) when only the mining and the Ray side are to be measured again.
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
                          num_shards=embed_shards_per_file, show_progress_bar=True)
         results["single_embed_s"] = time.perf_counter() - t
         load("single_embed")
-    x, y = (load_embedding_shards(single_dir, path, args.lang) for path in (src, tgt))
+        x, y = (load_embedding_shards(single_dir, path, args.lang) for path in (src, tgt))
     t = time.perf_counter()
     single = mine(x, y, shard_size=shard_size, knn_dir=work / "knn-single", **mine_kw)  # kNN arrays on disk, as the CLI
     results["single_mine_s"] = time.perf_counter() - t
