@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from test_training import cipher_run, cipher_setup, metrics, run_train  # noqa: F401 (fixtures)
 
 
-def distillation_config(root, teacher, cache, steps=150, source="wo", **training):
+def distillation_config(root, teacher, cache, steps=150, source="wo", target_weight=0.0, **training):
     cfg = {
         "seed": 5,
         "data": {"corpora": [str(root / "train")], "source_languages": [source], "target_languages": ["en"],
@@ -23,10 +23,10 @@ def distillation_config(root, teacher, cache, steps=150, source="wo", **training
         "batching": {"max_tokens": 400, "num_workers": 0},
         "training": {"objective": "distillation", "max_steps": steps, "learning_rate": 0.01, "log_every": 10,
                      "eval_every": 50, "save_every": 50, "keep_checkpoints": 10, "report_to": None, **training},
-        "distillation": {"teacher": str(teacher), "cache_dir": str(cache)},
+        "distillation": {"teacher": str(teacher), "cache_dir": str(cache), "target_weight": target_weight},
         "validation": {"path": str(root / "valid")},
     }
-    path = root / f"distill-{steps}-{teacher.name}-{cache.name}-{source}-{len(training)}.yaml"
+    path = root / f"distill-{steps}-{teacher.name}-{cache.name}-{source}-{target_weight}-{len(training)}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -77,10 +77,11 @@ def test_student_learns_the_teachers_space_and_targets_are_tied_to_the_teacher(c
 
 
 def test_resumed_distillation_ends_where_an_uninterrupted_run_ends(cipher_setup, cipher_run, tmp_path):  # noqa: F811
+    """(With the teacher on both sides, `distillation.target_weight`, so that its term is run end to end too.)"""
     root, _ = cipher_setup
     teacher = cipher_run[0] / "final"
     cache = tmp_path / "cache"  # (the cipher's yy side, no language of its own)
-    short = {"eval_every": 20, "save_every": 20}
+    short = {"eval_every": 20, "save_every": 20, "target_weight": 0.5}
     run_train(distillation_config(root, teacher, cache, steps=40, source="yy", **short), tmp_path / "straight")
     run_train(distillation_config(root, teacher, cache, steps=20, source="yy", **short), tmp_path / "resumed")
     run_train(distillation_config(root, teacher, cache, steps=40, source="yy", **short), tmp_path / "resumed",
@@ -88,6 +89,12 @@ def test_resumed_distillation_ends_where_an_uninterrupted_run_ends(cipher_setup,
     a = load_file(str(sorted((tmp_path / "straight" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     b = load_file(str(sorted((tmp_path / "resumed" / "checkpoints").glob("step-*"))[-1] / "model.safetensors"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    # the target term trains: the same 20 steps on the source side only end elsewhere
+    run_train(distillation_config(root, teacher, cache, steps=20, source="yy", **{**short, "target_weight": 0.0}),
+              tmp_path / "source-only")
+    c, d = (load_file(str(tmp_path / run / "checkpoints" / "step-00000020" / "model.safetensors"))
+            for run in ("source-only", "resumed"))
+    assert c.keys() == d.keys() and any(not (c[k] == d[k]).all() for k in c)
 
 
 def test_the_teachers_vocabulary_and_weights_as_the_students_start(cipher_setup, cipher_run, tmp_path):  # noqa: F811

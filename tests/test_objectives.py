@@ -19,7 +19,7 @@ from hf_laser import LaserConfig
 from hf_laser.modeling_laser import LaserForPreTraining
 
 sys.path.insert(0, str(REPO))
-from training.objectives import ranking_loss, training_loss, uses_decoder  # noqa: E402
+from training.objectives import distillation_loss, ranking_loss, training_loss, uses_decoder  # noqa: E402
 from training.train import load_config  # noqa: E402
 
 
@@ -89,6 +89,26 @@ def test_training_loss_per_objective(objective):
         training_loss(model, BATCH, "contrastive")
 
 
+def test_distillation_loss_with_the_teacher_on_both_sides():
+    """`distillation.target_weight`: the student's embedding of the target sentence (its own tokens of it) is pulled
+    to the teacher's embedding of it too, a term of that weight; 0 is LASER3's source side only."""
+    model = tiny("distillation").eval()
+    teacher = torch.randn(3, 12, generator=torch.Generator().manual_seed(2))  # (2 x hidden_size 6)
+    batch = {**BATCH, "teacher_embedding": teacher}
+    mask = BATCH["labels"].ne(-100)
+    source = model.laser(BATCH["input_ids"], attention_mask=BATCH["attention_mask"]).pooler_output
+    target = model.laser(BATCH["labels"].masked_fill(~mask, 1), attention_mask=mask.long()).pooler_output
+    loss, parts = training_loss(model, batch, "distillation")
+    assert set(parts) == {"distillation"}
+    torch.testing.assert_close(loss, distillation_loss(source, teacher))
+    loss, parts = training_loss(model, batch, "distillation", target_weight=0.5)
+    assert set(parts) == {"distillation", "distillation_target"}
+    torch.testing.assert_close(parts["distillation_target"], distillation_loss(target, teacher))
+    torch.testing.assert_close(loss, distillation_loss(source, teacher) + 0.5 * distillation_loss(target, teacher))
+    loss.backward()
+    assert model.laser.lstm.weight_ih_l0.grad.abs().sum() > 0
+
+
 def test_no_decoder_model_refuses_labels():
     with pytest.raises(ValueError, match="no decoder"):
         tiny("ranking")(input_ids=BATCH["input_ids"], labels=BATCH["labels"])
@@ -100,6 +120,11 @@ def test_config_rejects_unknown_objective(tmp_path):
     assert load_config(config, ["training.objective=ranking"])["training"]["objective"] == "ranking"
     with pytest.raises(ValueError, match="training.objective"):
         load_config(config, ["training.objective=decoder"])
+    # the teacher-on-both-sides term belongs to distillation, and is a weight
+    with pytest.raises(ValueError, match="target_weight is a term of training.objective: distillation"):
+        load_config(config, ["training.objective=ranking", "distillation.target_weight=1.0"])
+    with pytest.raises(ValueError, match="target_weight must be >= 0"):
+        load_config(config, ["training.objective=distillation", "distillation.teacher=t", "distillation.target_weight=-1"])
 
 
 @pytest.mark.slow

@@ -87,21 +87,32 @@ def translation_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing
 
 
 def training_loss(model, batch: dict[str, torch.Tensor], objective: str, *, temperature: float = 0.05,
-                  margin: float = 0.0, translation_weight: float = 1.0,
-                  ranking_weight: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                  margin: float = 0.0, translation_weight: float = 1.0, ranking_weight: float = 1.0,
+                  target_weight: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of one batch of `training.data.PairBatches` for `objective`, and its detached parts.
 
     `model` is a `LaserForPreTraining` (possibly wrapped by DDP: it is called, never unwrapped, so that gradients
     are synchronised). `batch`: `input_ids`/`attention_mask` `(batch, src_len)`, `labels` `(batch, tgt_len)` padded
-    with -100, `target_lang_ids` `(batch,)`.
+    with -100, `target_lang_ids` `(batch,)`; for distillation also `teacher_embedding` `(batch, dim)`.
+    `target_weight` > 0 (distillation only) puts the teacher on both sides: the student also embeds each target
+    sentence (`labels`, in its own vocabulary) and learns the teacher's embedding of it, a term of that weight.
     """
     check_objective(objective)
-    if objective == "distillation":
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-        loss = distillation_loss(out.sentence_embedding, batch["teacher_embedding"])
-        return loss, {"distillation": loss.detach()}
     config = getattr(model, "module", model).config
     labels = batch["labels"]
+    if objective == "distillation":
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        if target_weight:
+            target_mask = labels.ne(-100)
+            inputs.update(paired_input_ids=labels.masked_fill(~target_mask, config.pad_token_id),
+                          paired_attention_mask=target_mask.long())
+        out = model(**inputs)
+        parts = {"distillation": distillation_loss(out.sentence_embedding, batch["teacher_embedding"])}
+        loss = parts["distillation"]
+        if target_weight:
+            parts["distillation_target"] = distillation_loss(out.paired_sentence_embedding, batch["teacher_embedding"])
+            loss = loss + target_weight * parts["distillation_target"]
+        return loss, {k: v.detach() for k, v in parts.items()}
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if objective != "ranking":
         inputs.update(decoder_input_ids=shift_tokens_right(labels, config.pad_token_id, config.eos_token_id),

@@ -141,6 +141,9 @@ DEFAULTS = {
                                          # embeds the target side (data.target_languages) of every pair
         "cache_dir": None,               # its embeddings of the targets (default OUT/teacher), reused only when
                                          # computed by this teacher from these sentences (their manifests)
+        "target_weight": 0.0,            # > 0: the teacher on both sides: the student also embeds each target
+                                         # sentence and learns the teacher's embedding of it (a loss term of this
+                                         # weight; Reimers & Gurevych 2020); 0: the source side only (LASER3)
     },
     "validation": {
         "path": "../shared/data/parallel/valid/flores200-devtest",  # multi-parallel folder; null: no validation
@@ -246,6 +249,10 @@ def load_config(path: str | os.PathLike, overrides: list[str] = ()) -> dict:
                          "training.objective: ranking")
     if tr["objective"] == "distillation" and not cfg["distillation"]["teacher"]:
         raise ValueError("training.objective: distillation needs distillation.teacher (a LaserEncoder directory)")
+    if cfg["distillation"]["target_weight"] and tr["objective"] != "distillation":
+        raise ValueError("distillation.target_weight is a term of training.objective: distillation only")
+    if not float(cfg["distillation"]["target_weight"]) >= 0:
+        raise ValueError(f"distillation.target_weight must be >= 0, got {cfg['distillation']['target_weight']}")
     if tr["objective"] == "distillation" and cfg["validation"]["extra_path"]:
         raise ValueError("training.objective: distillation validates on validation.path only (no extra_path yet)")
     if cfg["data"]["max_length"] > cfg["batching"]["max_tokens"]:
@@ -814,7 +821,8 @@ def main(argv=None) -> int:
     model.train()
     device = accelerator.device
     loss_options = {"temperature": tr["ranking_temperature"], "margin": tr["ranking_margin"],
-                    "translation_weight": tr["translation_weight"], "ranking_weight": tr["ranking_weight"]}
+                    "translation_weight": tr["translation_weight"], "ranking_weight": tr["ranking_weight"],
+                    "target_weight": float(cfg["distillation"]["target_weight"])}
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss * tokens, target tokens, source tokens
     timer = time.perf_counter()
     progress = tqdm(total=None if max_steps == math.inf else max_steps, initial=state.step, desc="training",
