@@ -8,7 +8,8 @@
 #   size     a 2-layer student (model.num_layers=2)
 #   both     the teacher on both sides (distillation.target_weight=1.0)
 #   multi    non-English pairs: the student's sentences also learn the teacher's embeddings of their de, es, fr, it,
-#            pt and ru translations (the multi-parallel corpora and Tatoeba's non-English pairs)
+#            pt and ru translations (the multi-parallel corpora and Tatoeba's non-English pairs); it reads with the
+#            base run's vocabulary (a BPE learned on these pairs would be another lever), so base goes first
 #   dropout  more dropout against over-fitting (model.dropout=0.3; these runs see their data 30 times)
 # Two runs at a time, one thread each (a 2-core machine); every launch stops after MINUTES (default 60, data and
 # teacher targets included) and running the script again continues each run where it stopped (--resume), so a run
@@ -29,7 +30,7 @@ lever_args() {
         base) ;;
         size) echo "--set model.num_layers=2" ;;
         both) echo "--set distillation.target_weight=1.0" ;;
-        multi) echo "--set data.target_languages=[en,de,es,fr,it,pt,ru]" ;;
+        multi) echo "--set data.target_languages=[en,de,es,fr,it,pt,ru] --set tokenizer.path=$OUT/$LANG_CODE-base/tokenizer" ;;
         dropout) echo "--set model.dropout=0.3" ;;
         *) echo "unknown lever $1 (base size both multi dropout)" >&2; exit 2 ;;
     esac
@@ -41,6 +42,9 @@ run_lever() {
     last=$(ls "$run/checkpoints" 2>/dev/null | sort | tail -1 || true)
     if [ "$last" = "$(printf 'step-%08d' "$STEPS")" ]; then echo "== $run: finished ($last)"; return; fi
     [ -n "$last" ] && resume="--resume"
+    if [ "$1" = multi ] && [ ! -f "$OUT/$LANG_CODE-base/tokenizer/vocab.json" ]; then
+        echo "== $run: needs the base run's vocabulary ($OUT/$LANG_CODE-base/tokenizer): run base first" >&2; return 1
+    fi
     mkdir -p "$OUT"
     # shellcheck disable=SC2046  # (the lever's arguments are words)
     OMP_NUM_THREADS=1 "$PYTHON" training/train.py --config training/configs/distill-tam.yaml --output-dir "$run" \
@@ -55,6 +59,11 @@ for lever in $LEVERS; do lever_args "$lever" > /dev/null; done  # every name che
 status=0
 for lever in $LEVERS; do
     run_lever "$lever" &
+    if [ "$lever" = base ]; then  # its vocabulary is learned in its first minutes; multi reads with it
+        base_pid=$!
+        while [ ! -f "$OUT/$LANG_CODE-base/tokenizer/vocab.json" ] && kill -0 "$base_pid" 2>/dev/null; do sleep 5; done
+        sleep 5  # (the rest of its files, written just after)
+    fi
     while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || status=1; done
 done
 while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || status=1; done
