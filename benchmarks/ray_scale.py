@@ -2,7 +2,8 @@ r"""Embedding and mining on a multi-node Ray cluster against the single-process 
 
 The same two text files are embedded and mined twice, with the same model, options and index:
 
-* **single process**: `embed_shards` (one shard per file) then `hf_laser.mining.mine`, with `--threads` threads;
+* **single process**: `embed_shards` (Ray's shard plan: 4 shards per encoder) then `hf_laser.mining.mine`, with
+  `--threads` threads;
 * **Ray**: a local multi-node cluster (`ray.cluster_utils.Cluster`: a head without CPUs and `--nodes` worker nodes
   of `--cpus-per-node` CPUs, each its own raylet and object store), `on_ray.embed_files` with one encoder actor per
   CPU slot, then `on_ray.mine_on_ray` with one searcher actor per CPU slot.
