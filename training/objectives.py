@@ -100,8 +100,8 @@ def training_loss(model, batch: dict[str, torch.Tensor], objective: str, *, temp
     check_objective(objective)
     config = getattr(model, "module", model).config
     labels = batch["labels"]
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if objective == "distillation":
-        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         if target_weight:
             target_mask = labels.ne(-100)
             inputs.update(paired_input_ids=labels.masked_fill(~target_mask, config.pad_token_id),
@@ -113,7 +113,6 @@ def training_loss(model, batch: dict[str, torch.Tensor], objective: str, *, temp
             parts["distillation_target"] = distillation_loss(out.paired_sentence_embedding, batch["teacher_embedding"])
             loss = loss + target_weight * parts["distillation_target"]
         return loss, {k: v.detach() for k, v in parts.items()}
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if objective != "ranking":
         inputs.update(decoder_input_ids=shift_tokens_right(labels, config.pad_token_id, config.eos_token_id),
                       target_lang_ids=batch["target_lang_ids"])
