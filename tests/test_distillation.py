@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import yaml
 from safetensors.torch import load_file
 from test_training import cipher_run, cipher_setup, metrics, run_train  # noqa: F401 (fixtures)
@@ -120,3 +121,36 @@ def test_the_teachers_vocabulary_and_weights_as_the_students_start(cipher_setup,
     assert shared and all((start[k] == theirs[k]).all() for k in shared)
     valid = [r["valid_error"] for r in metrics(tmp_path / "student") if "valid_error" in r]
     assert valid[0] < 60 and valid[-1] < valid[0] / 2, valid
+
+
+def test_the_target_side_is_measured_by_the_tokenizer_that_reads_it(tmp_path):
+    """A student that never reads the target side (target_weight 0) must not have its pairs filtered by how its own
+    vocabulary cuts the targets: a Latin-script student's BPE cuts Russian into letters, so every ru target looked
+    longer than `max_length` and the pairs were skipped (a Basque student lost 70 % of its eu-ru pairs). With the
+    teacher's tokenizer as `target_tokenizer` the targets are counted in the teacher's tokens."""
+    from hf_laser.models import DEFAULT_MODEL
+    from hf_laser.tokenization_laser import LaserTokenizer
+    from training.data import prepare_training_data
+    from training.learn_bpe import learn_bpe
+
+    rng = np.random.default_rng(3)
+    latin = "ka lo mi tu ne sa ri po".split()
+    russian = "дом кот книга вода город день ночь друг".split()
+    src = [" ".join(rng.choice(latin, size=10)) for _ in range(40)]
+    ru = [" ".join(rng.choice(russian, size=10)) + "." for _ in range(40)]
+    ru[0] = " ".join(["книга"] * 40)  # too long for the teacher as well: still skipped
+    (tmp_path / "mp").mkdir()
+    (tmp_path / "mp" / "eu.txt").write_text("".join(s + "\n" for s in src), encoding="utf-8")
+    (tmp_path / "mp" / "ru.txt").write_text("".join(s + "\n" for s in ru), encoding="utf-8")
+    student = learn_bpe({"eu": src}, tmp_path / "bpe", merges=40, log=lambda _: None)
+    teacher = LaserTokenizer.from_pretrained(DEFAULT_MODEL)
+    cfg = {"corpora": [str(tmp_path / "mp")], "source_languages": ["eu"], "target_languages": ["ru"],
+           "max_length": 30, "max_length_ratio": 3.0, "cache_dir": str(tmp_path / "cache")}
+    assert all(len(ids) > 30 for ids in student.encode_lines(ru, lang="ru"))  # (the student's view of the targets)
+
+    with pytest.raises(ValueError, match="every sentence pair was skipped"):
+        prepare_training_data(cfg, student, log=lambda _: None)
+    data = prepare_training_data(cfg, student, log=lambda _: None, target_tokenizer=teacher)
+    assert len(data) == 39 and data.stats["skipped"]["too_long"] == 1, data.stats
+    kept = {tuple(data.tokens.get(s)) for s in data.src}
+    assert kept == {tuple(ids) for ids in student.encode_lines(src[1:], lang="eu")}

@@ -488,11 +488,15 @@ class ParallelData:
         return self.tokens.lengths[self.tgt]
 
 
-def prepare_training_data(data_cfg: dict, tokenizer, *, base_dir: str | os.PathLike = ".", log=print) -> ParallelData:
+def prepare_training_data(data_cfg: dict, tokenizer, *, base_dir: str | os.PathLike = ".", log=print,
+                          target_tokenizer=None) -> ParallelData:
     """Reads, pairs, tokenizes and filters the training corpora, or loads them from the cache.
 
     `data_cfg` keys: `corpora`, `source_languages` (list or `"all"`), `target_languages`, `max_length`,
-    `max_length_ratio`, `num_proc`, `cache_dir`, `pretokenized`.
+    `max_length_ratio`, `num_proc`, `cache_dir`, `pretokenized`. `target_tokenizer`: the tokenizer of the model that
+    reads the target side when `tokenizer`'s model does not (a distillation teacher): the target side's length
+    filters then count its tokens, not those of a vocabulary that may never have seen the target languages (a Basque
+    student's BPE cuts Russian into letters, which would skip most eu-ru pairs as too long).
     """
     import datasets
 
@@ -512,7 +516,8 @@ def prepare_training_data(data_cfg: dict, tokenizer, *, base_dir: str | os.PathL
     key = _cache_key({"version": DATA_FORMAT_VERSION, "corpora": [c.fingerprint() for c in corpora],
                       "sources": sources, "targets": targets, "max_length": max_length, "ratio": ratio,
                       "tokenizer": tok_fp, **({"pretokenized": True} if pretokenized else {}),
-                      **({"bitext_pairs": bitext_pairs} if bitext_pairs != "targets" else {})})
+                      **({"bitext_pairs": bitext_pairs} if bitext_pairs != "targets" else {}),
+                      **({"target_tokenizer": tokenizer_fingerprint(target_tokenizer)} if target_tokenizer else {})})
     cache_root = Path(data_cfg.get("cache_dir") or default_cache_dir())
     path = cache_root / f"train-{key}"
     if not (path / "meta.json").is_file():
@@ -530,6 +535,16 @@ def prepare_training_data(data_cfg: dict, tokenizer, *, base_dir: str | os.PathL
         direction = np.asarray(raw.direction, dtype=np.int32)
         corpus = np.asarray(raw.corpus, dtype=np.int32)
         ls, lt = lengths[src], lengths[tgt]
+        if target_tokenizer is not None:
+            if pretokenized:
+                raise ValueError("data.pretokenized holds the student's tokens: the target side's reader cannot "
+                                 "count them (give raw corpora)")
+            segments_of_targets = np.unique(tgt)
+            target_lengths = np.zeros(len(raw.texts), dtype=np.int64)
+            target_lengths[segments_of_targets] = tokenize_texts(
+                [raw.texts[i] for i in segments_of_targets], [raw.langs[i] for i in segments_of_targets],
+                target_tokenizer, data_cfg.get("num_proc", 1), f"laser-{key}-targets")["length"]
+            lt = target_lengths[tgt]
         # `length` counts </s>: a side with no token after preprocessing is empty
         ratio_hit = np.maximum(ls, lt) > float(ratio) * np.minimum(ls, lt) if ratio else np.zeros(len(ls), bool)
         reasons = {"empty": (ls <= 1) | (lt <= 1), "too_long": (ls > max_length) | (lt > max_length),

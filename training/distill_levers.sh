@@ -13,7 +13,9 @@
 #   dropout  more dropout against over-fitting (model.dropout=0.3; these runs see their data 30 times)
 # Two runs at a time, one thread each (a 2-core machine); every launch stops after MINUTES (default 60, data and
 # teacher targets included) and running the script again continues each run where it stopped (--resume), so a run
-# can span sessions; a run whose last checkpoint is step STEPS (default 3000) is left alone.
+# can span sessions; a run whose last checkpoint is step STEPS (default 3000) is left alone. The corpora are those of
+# ../shared/data/parallel/train with a file named for LANG (CORPORA="dir dir ..." overrides), since training refuses a
+# corpus that gives no pair.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LANG_CODE="${1:?the language code of the data, e.g. eu}"
@@ -24,6 +26,15 @@ STEPS="${STEPS:-3000}"
 PARALLEL="${PARALLEL:-2}"
 PYTHON="${PYTHON:-python}"
 shared=../shared/data/parallel/train
+if [ -z "${CORPORA:-}" ]; then
+    CORPORA=""
+    for corpus in "$shared"/*/; do  # ntrex128/eu.txt.gz, tatoeba/tatoeba.eu-en.eu.gz, wmt-news/*.ta-en.ta.gz ...
+        if ls "$corpus" | grep -qE "(^|[.-])$LANG_CODE([._-]|$)"; then CORPORA="$CORPORA ${corpus%/}"; fi
+    done
+fi
+[ -n "$CORPORA" ] || { echo "no corpus in $shared has a file for $LANG_CODE" >&2; exit 2; }
+corpora_list=$(echo $CORPORA | sed 's/ /, /g')
+echo "== $LANG_CODE: corpora $corpora_list"
 
 lever_args() {
     case "$1" in
@@ -49,7 +60,7 @@ run_lever() {
     # shellcheck disable=SC2046  # (the lever's arguments are words)
     OMP_NUM_THREADS=1 "$PYTHON" training/train.py --config training/configs/distill-tam.yaml --output-dir "$run" \
         $resume --set "data.source_languages=[$LANG_CODE]" --set "validation.languages=[$LANG_CODE, en]" \
-        --set "data.corpora=[$shared/ntrex128, $shared/libreoffice, $shared/tatoeba, $shared/tico19, $shared/wmt-news]" \
+        --set "data.corpora=[$corpora_list]" \
         --set "training.max_steps=$STEPS" --set "training.max_minutes=$MINUTES" $(lever_args "$lever") \
         >> "$run.log" 2>&1 && echo "== $run: launch ended ($(tail -1 "$run/metrics.jsonl" 2>/dev/null | cut -c1-80))" \
         || { echo "== $run: failed, see $run.log" >&2; return 1; }

@@ -661,8 +661,18 @@ def main(argv=None) -> int:
     with accelerator.main_process_first():
         tokenizer = get_tokenizer(cfg, out, log)
     targets = list(cfg["data"]["target_languages"])
+    teacher = targets_of_teacher = None
+    if tr["objective"] == "distillation":
+        from training.distillation import TeacherTargets, load_teacher
+
+        teacher = load_teacher(REPO / cfg["distillation"]["teacher"])
     with accelerator.local_main_process_first():
-        data = prepare_training_data(cfg["data"], tokenizer, base_dir=REPO, log=log)
+        # a student that never reads the target side (target_weight 0) has its length limits counted on it by the
+        # teacher, which does
+        data = prepare_training_data(
+            cfg["data"], tokenizer, base_dir=REPO, log=log,
+            target_tokenizer=teacher.tokenizer if teacher is not None and not cfg["distillation"]["target_weight"]
+            else None)
         valid = None
         if vcfg["path"]:
             langs = vcfg["languages"] or sorted({s for s, _ in data.directions} | set(targets))
@@ -680,11 +690,7 @@ def main(argv=None) -> int:
         f"validation languages: {sorted(valid.rows) if valid else None}"
         + (f"; extra validation sets: {sorted(extra_valid)}" if extra_valid else ""))
 
-    teacher = targets_of_teacher = None
     if tr["objective"] == "distillation":
-        from training.distillation import TeacherTargets, load_teacher
-
-        teacher = load_teacher(REPO / cfg["distillation"]["teacher"])
         if 2 * cfg["model"]["hidden_size"] != teacher.dim:  # (a bidirectional BiLSTM's max-pool)
             raise ValueError(f"the student's embedding (2 x model.hidden_size = {2 * cfg['model']['hidden_size']}) "
                              f"must have the teacher's dimension {teacher.dim}")
