@@ -130,7 +130,7 @@ def test_the_target_side_is_measured_by_the_tokenizer_that_reads_it(tmp_path):
     teacher's tokenizer as `target_tokenizer` the targets are counted in the teacher's tokens."""
     from hf_laser.models import DEFAULT_MODEL
     from hf_laser.tokenization_laser import LaserTokenizer
-    from training.data import prepare_training_data
+    from training.data import BatchSchedule, prepare_training_data
     from training.learn_bpe import learn_bpe
 
     rng = np.random.default_rng(3)
@@ -154,3 +154,11 @@ def test_the_target_side_is_measured_by_the_tokenizer_that_reads_it(tmp_path):
     assert len(data) == 39 and data.stats["skipped"]["too_long"] == 1, data.stats
     kept = {tuple(data.tokens.get(s)) for s in data.src}
     assert kept == {tuple(ids) for ids in student.encode_lines(src[1:], lang="eu")}
+
+    # nor are its batches cut by the length of targets it never reads: only the source side counts
+    both = BatchSchedule(data, max_tokens=100, seed=1).epoch(0)
+    source_only = BatchSchedule(data, max_tokens=100, seed=1, source_only=True).epoch(0)
+    assert sorted(np.concatenate(source_only).tolist()) == list(range(len(data)))
+    assert all(len(b) * data.src_lengths[b].max() <= 100 for b in source_only)
+    assert max(len(b) * data.tgt_lengths[b].max() for b in source_only) > 100  # (the targets did not count)
+    assert len(source_only) < len(both) / 2, (len(source_only), len(both))

@@ -701,17 +701,20 @@ class BatchSchedule:
     unit's probability is `(n_pairs * weight) ** (1 / temperature)`, as if the corpus were `weight` times bigger. Copies
     of a pair in one batch would be each other's false negatives under the ranking loss; here they never meet.
     Process `rank` of `world` takes batches `rank, rank + world, ...`; each process gets the same count.
+    `source_only`: the model reads only the source side (a distillation student whose targets the teacher embedded),
+    so only the source side counts against `max_tokens`.
     """
 
     def __init__(self, data: ParallelData, max_tokens: int, *, max_sentences: int | None = None,
                  sampling: str = "alternate", temperature: float = 1.0, seed: int = 0,
-                 corpus_weights: dict[str, float] | None = None):
+                 corpus_weights: dict[str, float] | None = None, source_only: bool = False):
         if sampling not in ("alternate", "temperature"):
             raise ValueError(f"batching.sampling must be 'alternate' or 'temperature', got {sampling!r}")
         if corpus_weights and sampling != "temperature":
             raise ValueError("batching.corpus_weights needs batching.sampling: temperature (alternate sampling "
                              "takes every batch once and has no share to weight)")
-        longest = int(max(data.src_lengths.max(), data.tgt_lengths.max()))
+        self.source_only = bool(source_only)
+        longest = int(data.src_lengths.max() if source_only else max(data.src_lengths.max(), data.tgt_lengths.max()))
         if longest > max_tokens:
             raise ValueError(f"max_tokens={max_tokens} is below the longest kept sentence ({longest} tokens); "
                              "raise max_tokens or lower data.max_length")
@@ -766,6 +769,8 @@ class BatchSchedule:
             return self._cache[1]
         rng = np.random.default_rng([self.seed, epoch])
         src_len, tgt_len = self.data.src_lengths, self.data.tgt_lengths
+        if self.source_only:
+            tgt_len = np.zeros_like(tgt_len)
         per_dir = []
         for idx in self._units:
             batches = [idx[b] for b in token_budget_batches(src_len[idx], tgt_len[idx], self.max_tokens,

@@ -725,7 +725,8 @@ def main(argv=None) -> int:
     world, rank, accum = accelerator.num_processes, accelerator.process_index, tr["gradient_accumulation_steps"]
     schedule = BatchSchedule(data, bcfg["max_tokens"], max_sentences=bcfg["max_sentences"],
                              sampling=bcfg["sampling"], temperature=bcfg["temperature"], seed=cfg["seed"],
-                             corpus_weights=bcfg["corpus_weights"])
+                             corpus_weights=bcfg["corpus_weights"],
+                             source_only=tr["objective"] == "distillation" and not cfg["distillation"]["target_weight"])
     if bcfg["corpus_weights"]:
         weighted, unweighted = schedule.weighted_corpora_share()
         log("corpus weights " + ", ".join(f"{k} x{v}" for k, v in bcfg["corpus_weights"].items())
