@@ -660,6 +660,15 @@ def test_shipped_configs_load_and_overrides_are_checked():
         load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.max_steps=null"])
 
 
+def test_every_shipped_config_loads():
+    """Every config in training/configs passes the key and value checks (a typo in one would fail at its launch)."""
+    configs = sorted((REPO / "training" / "configs").glob("*.yaml"))
+    assert len(configs) > 5
+    for path in configs:
+        cfg = load_config(path)
+        assert cfg["data"]["corpora"] and cfg["training"]["objective"], path
+
+
 def test_config_base_chain_merges_and_loops_are_refused(tmp_path):
     (tmp_path / "first.yaml").write_text(yaml.safe_dump({
         "data": {"corpora": ["a", "b"], "max_length": 50}, "model": {"hidden_size": 64, "num_layers": 2},
