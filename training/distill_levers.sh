@@ -29,7 +29,8 @@ shared=../shared/data/parallel/train
 if [ -z "${CORPORA:-}" ]; then
     CORPORA=""
     for corpus in "$shared"/*/; do  # ntrex128/eu.txt.gz, tatoeba/tatoeba.eu-en.eu.gz, wmt-news/*.ta-en.ta.gz ...
-        if ls "$corpus" | grep -qE "(^|[.-])$LANG_CODE([._-]|$)"; then CORPORA="$CORPORA ${corpus%/}"; fi
+        # (grep -c reads all of ls: -q would stop at the first match and fail the pipe under pipefail)
+        if ls "$corpus" | grep -cE "(^|[.-])$LANG_CODE([._-]|$)" > /dev/null; then CORPORA="$CORPORA ${corpus%/}"; fi
     done
 fi
 [ -n "$CORPORA" ] || { echo "no corpus in $shared has a file for $LANG_CODE" >&2; exit 2; }
