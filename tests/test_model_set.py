@@ -13,7 +13,7 @@ from laser3_helpers import CVOCAB, SHARED, SPM, require_shared, tiny_namespace_c
 from hf_laser import LaserEncoder
 from hf_laser.cli import main as cli_main
 from hf_laser.convert import convert
-from hf_laser.languages import flores_codes
+from hf_laser.languages import flores_codes, names_student, student_code
 from hf_laser.model_set import SET_FILE, RoutedLaserEncoder, UnknownLanguage, write_model_set
 
 LASER2_TINY = SHARED / "reference" / "laser2" / "laser2-ref-tiny.pt"  # a BiLSTM of 96 dimensions
@@ -42,6 +42,16 @@ def test_language_names():
     assert "zho_Hans" in flores_codes("zh") and "zho_Hant" in flores_codes("zh")
     assert flores_codes("fr-FR") == ("fra_Latn",)
     assert flores_codes("klingon") == ()
+    # Kurdish is a macrolanguage, as Chinese: both FLORES members (Tatoeba's kur is Kurmanji, FLORES's kmr_Latn)
+    assert flores_codes("ku") == flores_codes("kur") == flores_codes("Kurdish") == ("ckb_Arab", "kmr_Latn")
+    # languages outside FLORES-200 are recorded with their script, as FLORES codes are written
+    assert student_code("wolof") == "wol_Latn" and student_code("bre_Latn") == "bre_Latn"
+    for bad, says in (("br", "outside FLORES-200: .* bre_Latn"), ("zh", "more than one"), ("klingon", "names no"),
+                      ("xyz_Latn", "names no")):
+        with pytest.raises(ValueError, match=says):
+            student_code(bad)
+    assert all(names_student(name, "bre_Latn") for name in ("br", "bre", "BRE_LATN", "bre-Latn"))
+    assert not any(names_student(name, "bre_Latn") for name in ("bre_Cyrl", "fr", "klingon"))
 
 
 def test_convert_records_the_student_language(model_set):
@@ -109,6 +119,28 @@ def test_write_model_set_checks_its_members(model_set, tmp_path):
     (broken / SET_FILE).write_text('{"format": "something else"}')
     with pytest.raises(ValueError, match="is not an hf-laser model set file"):
         LaserEncoder.from_pretrained(broken)
+
+
+def test_one_student_for_several_languages_and_a_language_outside_flores(model_set, tmp_path):
+    """A multilingual student (one directory for several languages, one outside FLORES-200) is loaded once and
+    routed to by every name of each of its languages; the other languages go to the default."""
+    student = model_set / "laser3-wol_Latn"
+    write_model_set(tmp_path, default=model_set / "laser2", students={"wo": student, "bre_Latn": student,
+                                                                      "kmr_Latn": student})
+    assert sorted(json.loads((tmp_path / SET_FILE).read_text())["students"]) == ["bre_Latn", "kmr_Latn", "wol_Latn"]
+    loads = []
+    routed = RoutedLaserEncoder.from_pretrained(tmp_path, lambda path, **kw: loads.append(path) or
+                                                LaserEncoder.from_pretrained(path, **kw))
+    alone = LaserEncoder.from_pretrained(student)
+    for name, code in (("br", "bre_Latn"), ("bre", "bre_Latn"), ("bre_Latn", "bre_Latn"), ("kur", "kmr_Latn"),
+                       ("ku", "kmr_Latn"), ("wolof", "wol_Latn")):
+        assert routed.route(name) == code
+        np.testing.assert_array_equal(routed.encode(FRENCH, lang=name), alone.encode(FRENCH, lang=code))
+    assert routed.route("fr") == routed.route("cor") == "default"
+    routed.encode(FRENCH, lang="fr")
+    assert len(loads) == 2  # the student once for its three languages, and the default
+    with pytest.raises(UnknownLanguage, match="outside FLORES-200"):
+        write_model_set(tmp_path, default=None, students={"br": student})
 
 
 def test_encode_file_uses_the_model_of_the_file_language(model_set, tmp_path):

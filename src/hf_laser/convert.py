@@ -486,18 +486,18 @@ LASER3_FILE_NAME = re.compile(r"^laser3-([a-z]{3}_[A-Z][a-z]{3})\.v\d+\.pt$")
 
 
 def student_language(checkpoint_path, language: str | None) -> str | None:
-    """The FLORES-200 code to record for a student: `language` checked, else read from a `laser3-LANG.v1.pt` file
-    name, else None (a LASER1/2 model: the default of a model set)."""
-    from .languages import flores_codes, is_flores_code
+    """The code to record for a student (FLORES-200, or `xxx_Scrp` outside it: [`~languages.student_code`]):
+    `language` checked, else read from a `laser3-LANG.v1.pt` file name, else None (a LASER1/2 model: the default of
+    a model set)."""
+    from .languages import is_flores_code, student_code
 
     if language is None:
         match = LASER3_FILE_NAME.match(Path(checkpoint_path).name)
         return match.group(1) if match and is_flores_code(match.group(1)) else None
-    codes = flores_codes(language)
-    if len(codes) != 1:
-        raise ValueError(f"--language {language!r} names {'no' if not codes else 'more than one'} FLORES-200 "
-                         f"language{': ' + ', '.join(codes) if codes else ''}; give its FLORES-200 code (e.g. wol_Latn)")
-    return codes[0]
+    try:
+        return student_code(language)
+    except ValueError as err:
+        raise ValueError(f"--language: {err}") from None
 
 
 def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_card: bool, no_tokenizer: bool,

@@ -5,11 +5,17 @@ a LASER3 student (147), which of those have their own SentencePiece model (35) a
 language can be named by its FLORES-200 code (`wol_Latn`, any case), its ISO 639-3 code (`wol`), its ISO 639-1 code
 (`wo`; macrolanguages too: `ar` also names `arb_Arab`, `zh` names `zho_Hans` and `zho_Hant`), or its English name as
 laser_encoders spells it (`wolof`, `modern standard arabic`). [`flores_codes`] gives every FLORES code a name may
-mean; choosing among them is the caller's (a model set chooses among the students it has).
+mean; choosing among them is the caller's (a model set chooses among the students it has). Kurdish (`ku`, `kur`,
+`kurdish`) names Central and Northern Kurdish (`ckb_Arab`, `kmr_Latn`), as `zh` names both Chinese scripts.
+
+A student (a model for one language) is recorded under its FLORES-200 code, or, for a language outside FLORES-200
+(Breton, Cornish ...), under its ISO 639-3 code and ISO 15924 script (`bre_Latn`) when the preprocessing knows the
+language: [`student_code`], [`is_student_code`], [`names_student`].
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -43,6 +49,10 @@ def laser_languages() -> dict[str, LaserLanguage]:
     return languages
 
 
+# macrolanguages whose codes normalize_lang does not bring to their FLORES members (`ar`, `zh` it does)
+_MACROLANGUAGES = {"ku": ("ckb_Arab", "kmr_Latn"), "kur": ("ckb_Arab", "kmr_Latn"), "kurdish": ("ckb_Arab", "kmr_Latn")}
+
+
 @lru_cache(maxsize=1)
 def _index() -> dict[str, tuple[str, ...]]:
     from .preprocessing import normalize_lang
@@ -52,6 +62,8 @@ def _index() -> dict[str, tuple[str, ...]]:
         keys = {code.lower(), code[:3], normalize_lang(code), *language.names}
         for key in keys:
             index.setdefault(key, []).append(code)
+    for key, codes in _MACROLANGUAGES.items():
+        index.setdefault(key, []).extend(c for c in codes if c not in index[key])
     return {k: tuple(sorted(v)) for k, v in index.items()}
 
 
@@ -72,6 +84,56 @@ def flores_codes(lang: str) -> tuple[str, ...]:
 
 def is_flores_code(code: str) -> bool:
     return code in laser_languages()
+
+
+_SCRIPT_CODE = re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$")  # ISO 639-3 + ISO 15924, the form of FLORES-200 codes
+
+
+def is_student_code(code: str) -> bool:
+    """A code a student can be recorded under: FLORES-200, or `xxx_Scrp` of a language outside it that the
+    preprocessing knows (see the module docstring)."""
+    from .preprocessing import _KNOWN_CODES, normalize_lang
+
+    return isinstance(code, str) and (is_flores_code(code) or (
+        bool(_SCRIPT_CODE.match(code)) and not flores_codes(code[:3]) and normalize_lang(code) in _KNOWN_CODES))
+
+
+def student_code(lang: str) -> str:
+    """The code a student of `lang` is recorded under: its one FLORES-200 code, or `lang` itself when it is a
+    code of a language outside FLORES-200 in the `xxx_Scrp` form (`bre_Latn`). ValueError for a name of no
+    language or of several (`zh`), and for a code outside FLORES-200 without its script (`br`)."""
+    codes = flores_codes(str(lang))
+    if len(codes) == 1:
+        return codes[0]
+    if not codes and is_student_code(str(lang)):
+        return str(lang)
+    from .preprocessing import _KNOWN_CODES, normalize_lang
+
+    try:
+        known = normalize_lang(str(lang)) in _KNOWN_CODES
+    except ValueError:
+        known = False
+    if codes:
+        raise ValueError(f"{lang!r} names more than one FLORES-200 language: {', '.join(codes)}; give one of these "
+                         "codes")
+    if known:
+        raise ValueError(f"{lang!r} is outside FLORES-200: give its ISO 639-3 code and script, as FLORES codes are "
+                         "written (e.g. bre_Latn for Breton)")
+    raise ValueError(f"{lang!r} names no FLORES-200 language; give its FLORES-200 code (e.g. wol_Latn)")
+
+
+def names_student(lang: str, code: str) -> bool:
+    """Whether the language name or code `lang` means the student code `code` (a FLORES code through
+    [`flores_codes`]; a code outside FLORES-200 by its language: `br`, `bre`, `bre_Latn` all mean `bre_Latn`)."""
+    if is_flores_code(code):
+        return code in flores_codes(lang)
+    from .preprocessing import normalize_lang
+
+    try:
+        return lang.strip().lower() == code.lower() or normalize_lang(lang) == normalize_lang(code) and (
+            not _SCRIPT_CODE.match(lang.strip()) or lang.strip()[4:].lower() == code[4:].lower())
+    except ValueError:
+        return False
 
 
 def check_language(lang: str) -> str:

@@ -9,13 +9,15 @@ A set is a directory with `laser_model_set.json` (written by [`write_model_set`]
 ```
 
 `default` is the model for every language without a student (absent: such a language is an error); `students`
-maps FLORES-200 codes to model directories (relative paths from the set's directory). Each is an ordinary converted
+maps FLORES-200 codes (or, for a language outside FLORES-200, its ISO 639-3 code and script, `bre_Latn`:
+[`~languages.student_code`]) to model directories (relative paths from the set's directory). Each is an ordinary converted
 directory. [`RoutedLaserEncoder`] loads the members on first use, so a set of 147 students costs only what is used.
 
 Routing (`route`): a language named by FLORES-200 code, ISO 639-3 or 639-1 code or English name
 ([`~languages.flores_codes`]) goes to the student of that language when the set has one (two students for one name,
-such as `zh` with `zho_Hans` and `zho_Hant`, is an error naming both), else to the default model when the name is a
-language at all; a name that is no language is one clear error. The language is also given to the member's
+such as `zh` with `zho_Hans` and `zho_Hant`, is an error naming both; a student outside FLORES-200 is named by any
+code of its language: `br`, `bre`, `bre_Latn`), else to the default model when the name is a language at all; a
+name that is no language is one clear error. The language is also given to the member's
 tokenizer, as with a single model.
 """
 
@@ -44,23 +46,23 @@ def is_model_set(path) -> bool:
 def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike | None,
                     students: dict[str, str | os.PathLike]) -> Path:
     """Writes `directory/laser_model_set.json` naming `default` and `students` (`{language: model directory}`,
-    languages in any form [`~languages.flores_codes`] resolves to exactly one FLORES-200 code; directories as paths
-    from here, stored relative to `directory`). Every member must be a converted model directory (`config.json`)
+    languages in any form [`~languages.flores_codes`] resolves to exactly one FLORES-200 code, or `xxx_Scrp` codes
+    of languages outside FLORES-200 ([`~languages.student_code`]); directories as paths from here, stored relative
+    to `directory`; one directory may be the student of several languages). Every member must be a converted model directory (`config.json`)
     with the same embedding size. Returns the set's file."""
-    from .languages import flores_codes
+    from .languages import student_code
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     members = {}
     for lang, path in students.items():
-        codes = flores_codes(str(lang))
-        if len(codes) != 1:
-            raise UnknownLanguage(f"student language {lang!r} names {'no' if not codes else 'more than one'} "
-                                  f"FLORES-200 language{': ' + ', '.join(codes) if codes else ''}; give its FLORES-200 "
-                                  "code (e.g. wol_Latn)")
-        if codes[0] in members:
-            raise ValueError(f"two students for {codes[0]}: {members[codes[0]]} and {path}")
-        members[codes[0]] = path
+        try:
+            code = student_code(str(lang))
+        except ValueError as err:
+            raise UnknownLanguage(f"student language: {err}") from None
+        if code in members:
+            raise ValueError(f"two students for {code}: {members[code]} and {path}")
+        members[code] = path
     dims = {}
     for name, path in [("default", default), *members.items()]:
         if path is None:
@@ -93,7 +95,7 @@ def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike 
 
 def read_model_set(directory: str | os.PathLike) -> tuple[Path | None, dict[str, Path]]:
     """`(default directory or None, {FLORES code: student directory})` of a set, paths resolved."""
-    from .languages import is_flores_code
+    from .languages import is_student_code
 
     directory = Path(directory).expanduser()
     path = directory / SET_FILE
@@ -106,9 +108,10 @@ def read_model_set(directory: str | os.PathLike) -> tuple[Path | None, dict[str,
     students = content.get("students") or {}
     if not isinstance(students, dict) or not all(isinstance(v, str) for v in students.values()):
         raise ValueError(f"{path}: 'students' must map FLORES-200 codes to directories")
-    bad = [code for code in students if not is_flores_code(code)]
+    bad = [code for code in students if not is_student_code(code)]
     if bad:
-        raise ValueError(f"{path}: {bad} are not FLORES-200 codes (such as wol_Latn)")
+        raise ValueError(f"{path}: {bad} are not FLORES-200 codes (such as wol_Latn) nor codes of languages outside "
+                         "FLORES-200 with their script (such as bre_Latn)")
     default = content.get("default")
     return (None if default is None else directory / default), {k: directory / v for k, v in students.items()}
 
@@ -181,18 +184,22 @@ class RoutedLaserEncoder:
             if self._load is None:
                 raise RuntimeError("this RoutedLaserEncoder routes only (built without a loader); load the set with "
                                    "LaserEncoder.from_pretrained to embed")
-            self._loaded[key] = self._load(self.members()[key], **self._load_kwargs)
+            path = self.members()[key].resolve()
+            # one directory may be the student of several languages: loaded once
+            same = next((k for k in self._loaded if self.members()[k].resolve() == path), None)
+            self._loaded[key] = self._loaded[same] if same else self._load(self.members()[key], **self._load_kwargs)
         return self._loaded[key]
 
     def route(self, lang: str) -> str:
         """The member (`"default"` or a FLORES code) that embeds text in `lang` (see the module docstring)."""
-        from .languages import flores_codes
+        from .languages import flores_codes, is_flores_code, names_student
         from .preprocessing import _KNOWN_CODES, normalize_lang
 
         if not isinstance(lang, str) or not lang.strip():
             raise UnknownLanguage(f"a model set needs a language per sentence, got {lang!r}")
         codes = flores_codes(lang)
-        students = [code for code in codes if code in self.student_paths]
+        students = [code for code in codes if code in self.student_paths] or [
+            code for code in self.student_paths if not is_flores_code(code) and names_student(lang, code)]
         if len(students) > 1:
             raise UnknownLanguage(f"{lang!r} names {len(students)} languages this set has students for "
                                   f"({', '.join(students)}): give one of these codes")
