@@ -660,6 +660,29 @@ def test_shipped_configs_load_and_overrides_are_checked():
         load_config(REPO / "training" / "configs" / "tiny-cpu.yaml", ["training.max_steps=null"])
 
 
+def test_the_bpe_is_learned_on_the_target_languages_named(tmp_path):
+    """`tokenizer.bpe_target_languages`: a distillation student trained against several target languages it never
+    reads learns its BPE on its own languages and English only, not on the others."""
+    from training.train import get_tokenizer
+
+    write_cipher_corpus(tmp_path / "mp", 200, seed=2)
+    (tmp_path / "mp" / "de.txt").write_text((tmp_path / "mp" / "yy.txt").read_text())  # a second target language
+    cfg = {"data": {"corpora": [str(tmp_path / "mp")], "source_languages": ["xx"], "target_languages": ["en", "de"],
+                    "max_length": 40, "cache_dir": str(tmp_path / "cache")},
+           "tokenizer": {"bpe_merges": 50, "bpe_target_languages": ["en"]},
+           "training": {"objective": "distillation", "max_steps": 1}, "distillation": {"teacher": "t"}}
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    get_tokenizer(load_config(tmp_path / "cfg.yaml"), tmp_path / "run", log=lambda _: None)
+    assert sorted(json.loads((tmp_path / "run" / "tokenizer" / "bpe_stats.json").read_text())["lines"]) == ["en", "xx"]
+    get_tokenizer(load_config(tmp_path / "cfg.yaml", ["tokenizer.bpe_target_languages=null"]), tmp_path / "all",
+                  log=lambda _: None)
+    assert sorted(json.loads((tmp_path / "all" / "tokenizer" / "bpe_stats.json").read_text())["lines"]) == \
+        ["de", "en", "xx"]
+    with pytest.raises(ValueError, match="must be some of data.target_languages"):
+        get_tokenizer(load_config(tmp_path / "cfg.yaml", ["tokenizer.bpe_target_languages=[fr]"]), tmp_path / "bad",
+                      log=lambda _: None)
+
+
 def test_every_shipped_config_loads():
     """Every config in training/configs passes the key and value checks (a typo in one would fail at its launch)."""
     configs = sorted((REPO / "training" / "configs").glob("*.yaml"))

@@ -80,6 +80,9 @@ DEFAULTS = {
         "bpe_merges": 50000,
         "bpe_alpha": 0.5,                # language balancing exponent of the BPE sample
         "bpe_max_lines": None,           # size of the BPE sample (default: all lines)
+        "bpe_target_languages": None,    # the target languages whose side of the pairs the BPE is learned on
+                                         # (default data.target_languages; a distillation student with non-English
+                                         # targets it never reads: [en])
     },
     "model": {                           # LaserConfig arguments (vocab_size/target_languages come from the data)
         "embed_dim": 320, "hidden_size": 512, "num_layers": 5, "dropout": 0.1,
@@ -354,6 +357,12 @@ def get_tokenizer(cfg: dict, out: Path, log) -> LaserTokenizer:
         from training.learn_bpe import learn_bpe, training_text
 
         data = cfg["data"]
+        if tok_cfg["bpe_target_languages"] is not None:
+            extra = sorted(set(tok_cfg["bpe_target_languages"]) - set(data["target_languages"]))
+            if extra or not tok_cfg["bpe_target_languages"]:
+                raise ValueError(f"tokenizer.bpe_target_languages must be some of data.target_languages, got "
+                                 f"{tok_cfg['bpe_target_languages']}")
+            data = {**data, "target_languages": list(tok_cfg["bpe_target_languages"])}
         key = _cache_key({"bpe": [c.fingerprint() for c in resolve_corpora(data["corpora"], REPO)],
                           "sources": data["source_languages"], "targets": data["target_languages"],
                           "merges": tok_cfg["bpe_merges"], "alpha": tok_cfg["bpe_alpha"],
