@@ -68,8 +68,13 @@ def model_fingerprint(encoder) -> str:
         return cached
     import hf_laser
 
-    identity = {"cache": CACHE_VERSION, "hf_laser": hf_laser.__version__, **model_identity(encoder),
-                "default_lang": getattr(getattr(encoder, "tokenizer", None), "lang", None)}
+    if callable(getattr(encoder, "model_for", None)):
+        # a model set: one directory for all sets, each entry keyed by the member that embeds its language
+        # ([`EmbeddingCache.key`]): the set has no identity of its own
+        identity = {"cache": CACHE_VERSION, "hf_laser": hf_laser.__version__, "model set": True}
+    else:
+        identity = {"cache": CACHE_VERSION, "hf_laser": hf_laser.__version__, **model_identity(encoder),
+                    "default_lang": getattr(getattr(encoder, "tokenizer", None), "lang", None)}
     fp = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
     try:
         encoder._hf_laser_fingerprint = fp
@@ -125,7 +130,11 @@ class EmbeddingCache:
         return self._dir
 
     def key(self, digest: str, lang: str, kind: str) -> str:
-        blob = json.dumps([digest, lang, kind, np.dtype(self.dtype).name, CACHE_VERSION]).encode()
+        parts = [digest, lang, kind, np.dtype(self.dtype).name, CACHE_VERSION]
+        model_for = getattr(self.encoder, "model_for", None)
+        if callable(model_for):  # a model set's numbers for `lang` are those of the member that embeds it
+            parts.append(model_fingerprint(model_for(lang)))
+        blob = json.dumps(parts).encode()
         return hashlib.sha256(blob).hexdigest()[:32]
 
     def _lookup(self, key: str, n: int) -> np.ndarray | None:

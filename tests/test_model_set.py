@@ -143,6 +143,35 @@ def test_one_student_for_several_languages_and_a_language_outside_flores(model_s
         write_model_set(tmp_path, default=None, students={"br": student})
 
 
+def test_the_evaluation_cache_keys_a_set_by_the_member_of_each_language(model_set, tmp_path):
+    """Two sets that differ only in one language's student share no cached embedding of that language (they did:
+    a set had no identity of its own, so every set's Tatoeba of a language reused the first set's numbers), and
+    share the default's for the other languages."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO))
+    from evaluation.cache import EmbeddingCache
+
+    write_model_set(tmp_path / "a", default=model_set / "laser2", students={"wol_Latn": model_set / "laser3-wol_Latn"})
+    # (the fixture's students are one random model under three names: LASER2 stands in for another student)
+    write_model_set(tmp_path / "b", default=model_set / "laser2", students={"wol_Latn": model_set / "laser2"})
+    first, second = (EmbeddingCache(LaserEncoder.from_pretrained(tmp_path / name), tmp_path / "cache",
+                                    show_progress=False) for name in ("a", "b"))
+    a, b = (np.asarray(cache.embed_texts(WOLOF, "wol_Latn")) for cache in (first, second))
+    np.testing.assert_array_equal(a, LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn").encode(WOLOF,
+                                                                                                  lang="wol_Latn"))
+    np.testing.assert_array_equal(b, LaserEncoder.from_pretrained(model_set / "laser2").encode(WOLOF, lang="wol_Latn"))
+    assert np.abs(a - b).max() > 1e-3
+    assert second.misses == 1 and second.hits == 0
+    first.embed_texts(FRENCH, "fr")
+    second.embed_texts(FRENCH, "fr")
+    assert second.hits == 1  # the same default model: the same entry
+    with pytest.raises(TypeError, match="is a model set"):
+        LaserEncoder.from_pretrained(tmp_path / "a").model_identity()
+
+
 def test_encode_file_uses_the_model_of_the_file_language(model_set, tmp_path):
     routed = LaserEncoder.from_pretrained(model_set)
     text = tmp_path / "wo.txt"

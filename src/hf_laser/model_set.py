@@ -318,6 +318,13 @@ class RoutedLaserEncoder:
             raise UnknownLanguage("lang='auto' cannot choose among a set's models: give the file's language")
         return self._member_lang(lang)
 
+    def model_identity(self) -> dict:
+        """A set has no identity of its own: its numbers for a language are those of the member that embeds it
+        (`model_for(lang).model_identity()`); refused so that no cache or manifest keys a set's output by the set
+        alone (two sets with other students would share it)."""
+        raise TypeError(f"{self.name} is a model set: its embeddings of a language are those of the member that "
+                        "embeds it; use model_for(lang).model_identity()")
+
     def model_for(self, lang: str):
         """The [`~encoder.LaserEncoder`] that embeds text in `lang`."""
         return self.member(self.route(lang))
