@@ -145,8 +145,8 @@ def test_one_student_for_several_languages_and_a_language_outside_flores(model_s
 
 def test_the_evaluation_cache_keys_a_set_by_the_member_of_each_language(model_set, tmp_path):
     """Two sets that differ only in one language's student share no cached embedding of that language (they did:
-    a set had no identity of its own, so every set's Tatoeba of a language reused the first set's numbers), and
-    share the default's for the other languages."""
+    a set had no identity of its own, so every set's Tatoeba of a language reused the first set's numbers, and a
+    mining run's embedding shards were reused by any other set), and share the default's for the other languages."""
     import sys
 
     from conftest import REPO
@@ -170,6 +170,19 @@ def test_the_evaluation_cache_keys_a_set_by_the_member_of_each_language(model_se
     assert second.hits == 1  # the same default model: the same entry
     with pytest.raises(TypeError, match="is a model set"):
         LaserEncoder.from_pretrained(tmp_path / "a").model_identity()
+
+    # the same for the manifests of embedded files (hf-laser mine / embed-shards reuse shards whose identity matches)
+    from hf_laser.outputs import embedding_identity
+
+    info = {"sha256": "0" * 64, "size": 1, "lines": 1}
+    set_a, set_b = (LaserEncoder.from_pretrained(tmp_path / name) for name in ("a", "b"))
+    wolof = [embedding_identity(e, info, lang="wol_Latn") for e in (set_a, set_b)]
+    assert wolof[0]["model"] != wolof[1]["model"]
+    assert wolof[0] == embedding_identity(LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn"), info,
+                                          lang="wol_Latn")
+    assert embedding_identity(set_a, info, lang="fr") == embedding_identity(set_b, info, lang="fr")
+    mixed = embedding_identity(set_a, info, lang=["fr", "wol_Latn"])
+    assert set(mixed["model"]) == {"fr", "wol_Latn"} and mixed["model"]["wol_Latn"] == wolof[0]["model"]
 
 
 def test_encode_file_uses_the_model_of_the_file_language(model_set, tmp_path):

@@ -165,6 +165,18 @@ def model_identity(encoder) -> dict:
             "model_dtype": None, "quantize": None}
 
 
+def _member_identity(encoder, lang) -> dict:
+    """[`model_identity`] of what embeds text in `lang`: for a model set, the member of that language (a set has no
+    identity of its own: two sets with other students must not share an output), per language for a list."""
+    model_for = getattr(encoder, "model_for", None)
+    if not callable(model_for):
+        return model_identity(encoder)
+    if isinstance(lang, str):
+        return model_identity(model_for(lang))
+    members = {code: model_identity(model_for(code)) for code in sorted(set(lang or [None]))}
+    return {key: {code: identity[key] for code, identity in members.items()} for key in next(iter(members.values()))}
+
+
 def embedding_identity(encoder, input_info: dict, *, lang, pretokenized: bool = False, fp16: bool = False,
                        normalize: bool = False, max_tokens: int | None = DEFAULT_MAX_TOKENS,
                        batch_size: int | None = None, chunk_lines: int = DEFAULT_CHUNK_LINES,
@@ -181,7 +193,7 @@ def embedding_identity(encoder, input_info: dict, *, lang, pretokenized: bool = 
         "lang": None if pretokenized else _lang_identity(lang) if isinstance(lang, str) or lang is None
         else [_lang_identity(x) for x in lang],
         "pretokenized": bool(pretokenized),
-        **model_identity(encoder),
+        **_member_identity(encoder, lang),
         "output_dtype": "float16" if fp16 else "float32", "normalize": bool(normalize),
         "max_tokens": max_tokens, "batch_size": batch_size, "chunk_lines": chunk_lines,
         # Only a non-default limit is recorded, so that outputs written before the limit existed stay valid: they
