@@ -41,11 +41,21 @@ def wolof_cipher(root, into):
     return into
 
 
-def test_student_learns_the_teachers_space_and_targets_are_tied_to_the_teacher(cipher_setup, cipher_run, tmp_path):  # noqa: F811
-    root = wolof_cipher(cipher_setup[0], tmp_path / "data")
+@pytest.fixture(scope="module")
+def wolof_students(cipher_setup, cipher_run, tmp_path_factory):  # noqa: F811
+    """`(tmp, root, teacher, cache, log)`: a 150-step student of the cipher under Wolof's code (`tmp/student`), and a
+    10-step one of the same teacher on the same cache (`tmp/student-2`, its log `log`)."""
+    tmp = tmp_path_factory.mktemp("wolof")
+    root = wolof_cipher(cipher_setup[0], tmp / "data")
     teacher = cipher_run[0] / "final"
-    cache = tmp_path / "teacher-cache"
-    log = run_train(distillation_config(root, teacher, cache), tmp_path / "student")
+    cache = tmp / "teacher-cache"
+    log = run_train(distillation_config(root, teacher, cache), tmp / "student")
+    again = run_train(distillation_config(root, teacher, cache, steps=10), tmp / "student-2")
+    return tmp, root, teacher, cache, log, again
+
+
+def test_student_learns_the_teachers_space_and_targets_are_tied_to_the_teacher(wolof_students, cipher_run):  # noqa: F811
+    tmp_path, root, teacher, cache, log, again = wolof_students
     assert "teacher targets: en: computed" in log, log[-3000:]
     rows = metrics(tmp_path / "student")
     valid = [r["valid_error"] for r in rows if "valid_error" in r]
@@ -69,7 +79,6 @@ def test_student_learns_the_teachers_space_and_targets_are_tied_to_the_teacher(c
     assert np.array_equal(routed.encode(valid["en"], lang="en"), teacher_alone.encode(valid["en"], lang="en"))
 
     # the same teacher and sentences: the targets are reused, not computed again
-    again = run_train(distillation_config(root, teacher, cache, steps=10), tmp_path / "student-2")
     assert "teacher targets: en: reused" in again, again[-3000:]
 
     # another teacher (the cipher run's untrained encoder: other weights) with the same cache: computed again
@@ -162,3 +171,53 @@ def test_the_target_side_is_measured_by_the_tokenizer_that_reads_it(tmp_path):
     assert all(len(b) * data.src_lengths[b].max() <= 100 for b in source_only)
     assert max(len(b) * data.tgt_lengths[b].max() for b in source_only) > 100  # (the targets did not count)
     assert len(source_only) < len(both) / 2, (len(source_only), len(both))
+
+
+def test_a_student_set_routes_a_language_to_the_student_only_where_flores_says_it_beats_the_teacher(
+        wolof_students, cipher_setup, tmp_path):  # noqa: F811
+    """training/student_set.py: the teacher alone, and each student through the set, measured as the runs validate;
+    the language goes to the lowest error below the teacher's; float16 copies; a language without data stays."""
+    from hf_laser import LaserEncoder  # noqa: PLC0415
+    from training.student_set import choose, main  # noqa: PLC0415
+
+    runs, root, teacher, _, _, _ = wolof_students
+    out, tatoeba = tmp_path / "set", tmp_path / "tatoeba"
+    tatoeba.mkdir()  # Tatoeba's layout: the Wolof cipher, and (any other language) the xx cipher under French
+    for name, lang, source in (("wol", "wo", root), ("fra", "xx", cipher_setup[0])):
+        (tatoeba / f"tatoeba.{name}-eng.{name}").write_text((source / "valid" / f"{lang}.txt").read_text())
+        (tatoeba / f"tatoeba.{name}-eng.eng").write_text((source / "valid" / "en.txt").read_text())
+    assert main(["--teacher", str(teacher), "--student", str(runs / "student"), "--student", str(runs / "student-2"),
+                 "--out", str(out), "--half", "--tatoeba-dir", str(tatoeba)]) == 0
+    report = json.loads((out / "selection.json").read_text())
+    row = report["flores"]["wo"]
+    # the student's figure is the one its run validated its exported encoder with (the same measure; the run
+    # batches and pads its own way, so a nearest neighbour may differ)
+    best_step = min((r for r in metrics(runs / "student") if "valid_error" in r), key=lambda r: r["valid_error"])
+    assert abs(row["students"][str(runs / "student")] - best_step["valid_error_wo"]) <= 1.0, (row, best_step)
+    # ten steps from a random start are far from the teacher's space; 150 steps are not
+    assert row["students"][str(runs / "student-2")] > 50 > row["students"][str(runs / "student")], row
+    # the teacher never saw Wolof's code with this text: the trained student beats it, the 10-step one does not
+    assert row["students"][str(runs / "student")] < row["teacher"] < row["students"][str(runs / "student-2")], row
+    assert report["chosen"]["wo"]["student"] == str(runs / "student"), report["chosen"]
+    routed = LaserEncoder.from_pretrained(out)
+    assert routed.route("wo") == "wol_Latn" and routed.route("fr") == "default"
+    lines = (root / "valid" / "wo.txt").read_text().splitlines()[:20]
+    # the set's copy is the student in float16 weights (computed in float32)
+    full = LaserEncoder.from_pretrained(runs / "student" / "final").encode(lines, lang="wol_Latn")
+    assert 0 < np.abs(full - routed.encode(lines, lang="wo")).max() < 1e-2
+    assert np.array_equal(routed.encode(lines, lang="en"), LaserEncoder.from_pretrained(teacher).encode(lines, lang="en"))
+    # Tatoeba, only reported: Wolof through the student, French through the teacher (the very figure of the teacher
+    # alone), and the means over both
+    t = report["tatoeba"]
+    assert t["member"] == {"fra": "default", "wol": "wol_Latn"}
+    assert t["set"]["fra"] == t["teacher"]["fra"] and t["set"]["wol"]["xx2en_error"] < t["teacher"]["wol"]["xx2en_error"]
+    for side in ("teacher", "set"):
+        assert t[side]["average"]["xx2en_error"] == pytest.approx((t[side]["wol"]["xx2en_error"]
+                                                                   + t[side]["fra"]["xx2en_error"]) / 2, abs=0.01)
+    assert "| wol | wol_Latn |" in (out / "selection.md").read_text()
+
+    flores = {"a": {"teacher": 30.0, "students": {"r1": 20.0, "r2": 10.0}}, "b": {"teacher": 10.0, "students":
+              {"r1": 12.0}}, "c": {"teacher": 5.0, "students": {"r1": 5.0}}}
+    chosen = choose({"r1": ["a", "b", "c", "d"], "r2": ["a"]}, flores)
+    assert [chosen[k]["student"] for k in "abcd"] == ["r2", None, None, None]
+    assert "no FLORES-200 data" in chosen["d"]["why"]

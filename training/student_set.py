@@ -1,0 +1,209 @@
+"""Builds a model set from a teacher and distilled students: each language goes to a student only where FLORES-200
+says the student beats the teacher (issue #50; Tatoeba v1 is only reported, never chosen on).
+
+    python training/student_set.py --teacher src/hf_laser/models/laser-mini --student runs/distill-multi7 \
+        --out runs/set-multi7 [--half] [--tatoeba-dir ../shared/data/tatoeba/v1]
+
+Every `--student RUN` is a distillation run's `--output-dir` (its `final/` and `config.yaml`); its source languages
+are its candidates. For each candidate language with a FLORES-200 file (the run's `validation.path`), the teacher
+alone and each student (the student embeds the language, the teacher English, as the set will) are measured as the
+run's validation measures (nearest neighbour by cosine, xx→en and en→xx, averaged: `report.model_flores_errors`);
+the language goes to the student with the lowest error if it is lower than the teacher's, else stays with the
+teacher. A language without FLORES data (Breton) has nothing to choose on and stays with the teacher: the selection
+table says so. The set directory gets `laser_model_set.json` (the teacher by relative path as its default), a copy of
+each chosen student (`--half`: float16 weights, computed in float32, as laser-mini ships), `selection.json`, and
+`README.md` with the table. With `--tatoeba-dir`, every Tatoeba v1 language is evaluated through the set and with the
+teacher alone (a language the set routes to the teacher is that very model, so it is embedded once and the figure is
+shared), and the means over all languages are written beside the selection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: make `training`, `evaluation` (and `hf_laser`) importable
+    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO / "src"))
+
+import yaml  # noqa: E402
+
+
+def student_runs(runs: list[Path]) -> dict[Path, list[str]]:
+    """`{run: its source languages}`, each run checked to be a finished distillation run."""
+    out = {}
+    for run in runs:
+        config_path = run / "config.yaml"
+        if not config_path.is_file() or not (run / "final" / "config.json").is_file():
+            raise FileNotFoundError(f"{run} is not a finished training run (no config.yaml or final/config.json)")
+        config = yaml.safe_load(config_path.read_text())
+        if config["training"].get("objective") != "distillation":
+            raise ValueError(f"{run} is not a distillation run (objective: {config['training'].get('objective')})")
+        out[run] = list(config["data"]["source_languages"])
+    return out
+
+
+def flores_folder(runs: list[Path]) -> Path:
+    """The validation folder the runs used (one for all, so that their errors compare)."""
+    folders = set()
+    for run in runs:
+        path = Path(yaml.safe_load((run / "config.yaml").read_text())["validation"]["path"])
+        folders.add((path if path.is_absolute() else REPO / path).resolve())
+    if len(folders) != 1:
+        raise ValueError(f"the students were validated on different folders: {sorted(map(str, folders))}")
+    return folders.pop()
+
+
+# corpus codes that name no single FLORES-200 language: `ku` names two (the corpora's and FLORES' `ku` are
+# Kurmanji in Latin script), Breton is outside FLORES-200
+CORPUS_KEYS = {"ku": "kmr_Latn", "br": "bre_Latn"}
+
+
+def student_key(lang: str) -> str:
+    """The set's key of a corpus code: `ta` → `tam_Taml`, `ku` → `kmr_Latn`, `br` → `bre_Latn`."""
+    from hf_laser.languages import student_code
+
+    return CORPUS_KEYS.get(lang) or student_code(lang)
+
+
+def measure_flores(teacher: Path, runs: dict[Path, list[str]], folder: Path, *, english: str = "en") -> dict:
+    """`{lang: {"teacher": %, "students": {run: %}}}` on the languages of `folder` among the runs' languages."""
+    from hf_laser import LaserEncoder
+    from hf_laser.model_set import RoutedLaserEncoder
+    from training.report import model_flores_errors
+
+    langs = sorted({lang for langs in runs.values() for lang in langs if (folder / f"{lang}.txt").is_file()})
+    table = {lang: {"teacher": None, "students": {}} for lang in langs}
+    if not langs:
+        return table
+    for lang, error in model_flores_errors(LaserEncoder.from_pretrained(teacher), folder, langs + [english],
+                                           [english]).items():
+        if lang in table:
+            table[lang]["teacher"] = round(error, 2)
+    for run, run_langs in runs.items():
+        mine = [lang for lang in langs if lang in run_langs]
+        routed = RoutedLaserEncoder(teacher, {student_key(lang): run / "final" for lang in mine},
+                                    LaserEncoder.from_pretrained, name=f"{teacher} + {run}")
+        for lang, error in model_flores_errors(routed, folder, mine + [english], [english]).items():
+            if lang in table:
+                table[lang]["students"][str(run)] = round(error, 2)
+    return table
+
+
+def choose(runs: dict[Path, list[str]], flores: dict) -> dict[str, dict]:
+    """`{lang: {"student": run or None, "why": ...}}` for every candidate language: the student with the lowest FLORES
+    error when it is below the teacher's; the teacher where it is not, or where there is no FLORES data."""
+    out = {}
+    for lang in sorted({lang for langs in runs.values() for lang in langs}):
+        row = flores.get(lang)
+        if row is None or row["teacher"] is None or not row["students"]:
+            out[lang] = {"student": None, "why": "no FLORES-200 data to choose on: stays with the teacher"}
+            continue
+        run, error = min(row["students"].items(), key=lambda item: item[1])
+        if error < row["teacher"]:
+            out[lang] = {"student": run, "why": f"FLORES {row['teacher']:.2f} -> {error:.2f} %"}
+        else:
+            out[lang] = {"student": None, "why": f"the student's FLORES {error:.2f} % is not below the teacher's "
+                                                 f"{row['teacher']:.2f} %"}
+    return out
+
+
+def write_set(out: Path, teacher: Path, chosen: dict[str, dict], *, half: bool) -> dict[str, Path]:
+    """Copies the chosen students into `out` (one directory per run, named by the run) and writes the set file;
+    returns `{set key: student directory}`."""
+    from hf_laser.model_set import write_model_set
+    from training.export_default_model import save_half
+
+    copies: dict[str, Path] = {}
+    for run in sorted({row["student"] for row in chosen.values() if row["student"]}):
+        dest = out / Path(run).name
+        if dest.exists():
+            shutil.rmtree(dest)
+        if half:
+            dest.mkdir(parents=True)
+            save_half(Path(run), dest)
+        else:
+            shutil.copytree(Path(run) / "final", dest)
+        copies[run] = dest
+    students = {student_key(lang): copies[row["student"]] for lang, row in chosen.items() if row["student"]}
+    write_model_set(out, default=teacher, students=students)
+    return students
+
+
+def tatoeba_through_set(out: Path, teacher: Path, folder: Path) -> dict:
+    """Tatoeba errors of every language in `folder`, through the set and with the teacher alone: `{"teacher": {...},
+    "set": {...}, "member": {lang: "default" or set key}}` (each as `evaluate_tatoeba` returns, with "average")."""
+    from evaluation.cache import EmbeddingCache
+    from evaluation.tatoeba import TATOEBA_LANGS, available_languages, average_errors, evaluate_tatoeba
+    from hf_laser import LaserEncoder
+    from hf_laser.model_set import RoutedLaserEncoder
+
+    routed = RoutedLaserEncoder.from_pretrained(out, LaserEncoder.from_pretrained)
+    langs = [lang for lang in available_languages(folder) if lang != "eng"]
+    member = {lang: routed.route(TATOEBA_LANGS.get(lang, lang)) for lang in langs}
+    quiet = {"show_progress": False, "log": lambda *_: None}
+    alone = evaluate_tatoeba(EmbeddingCache(LaserEncoder.from_pretrained(teacher), enabled=False, show_progress=False),
+                             langs, folder=folder, **quiet)
+    students = [lang for lang in langs if member[lang] != "default"]
+    through = evaluate_tatoeba(EmbeddingCache(routed, enabled=False, show_progress=False), students, folder=folder,
+                               **quiet) if students else {}
+    per_set = {lang: (through[lang] if member[lang] != "default" else alone[lang]) for lang in langs}
+    return {"teacher": {**{lang: alone[lang] for lang in langs}, "average": average_errors(
+                {lang: alone[lang] for lang in langs})},
+            "set": {**per_set, "average": average_errors(per_set)}, "member": member}
+
+
+def markdown(teacher: Path, flores: dict, chosen: dict, tatoeba: dict | None) -> str:
+    lines = [f"Default model: `{teacher.name}`. Students chosen on FLORES-200 devtest (xx↔en error, %, the student "
+             "embedding the language and the teacher English); Tatoeba v1 only reported.", "",
+             "| language | set key | encoder | FLORES teacher | FLORES student | why |", "|---|---|---|---|---|---|"]
+    for lang, row in chosen.items():
+        f = flores.get(lang, {})
+        best = min(f.get("students", {}).values(), default=None)
+        lines.append(f"| {lang} | {student_key(lang)} | {Path(row['student']).name if row['student'] else 'teacher'} "
+                     f"| {f.get('teacher', '')} | {'' if best is None else best} | {row['why']} |")
+    if tatoeba:
+        lines += ["", "Tatoeba v1, every language through its routed encoder (error %, xx→en / en→xx):", "",
+                  "| language | encoder | teacher alone | through the set |", "|---|---|---|---|"]
+        for lang, member in tatoeba["member"].items():
+            a, s = tatoeba["teacher"][lang], tatoeba["set"][lang]
+            lines.append(f"| {lang} | {'teacher' if member == 'default' else member} | {a['xx2en_error']:.2f} / "
+                         f"{a['en2xx_error']:.2f} | {s['xx2en_error']:.2f} / {s['en2xx_error']:.2f} |")
+        a, s = tatoeba["teacher"]["average"], tatoeba["set"]["average"]
+        lines.append(f"| **mean of {len(tatoeba['member'])}** | | {a['xx2en_error']:.2f} / {a['en2xx_error']:.2f} | "
+                     f"{s['xx2en_error']:.2f} / {s['en2xx_error']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--teacher", required=True, type=Path, help="the default model of the set (the teacher)")
+    parser.add_argument("--student", required=True, type=Path, action="append",
+                        help="a distillation run's --output-dir (repeat for several)")
+    parser.add_argument("--out", required=True, type=Path, help="the set directory to write")
+    parser.add_argument("--half", action="store_true", help="store the students' weights in float16")
+    parser.add_argument("--tatoeba-dir", type=Path, help="also report Tatoeba v1 through the set (never chosen on)")
+    args = parser.parse_args(argv)
+    if not (args.teacher / "config.json").is_file():
+        parser.error(f"--teacher {args.teacher} is not a model directory (no config.json)")
+    runs = student_runs(args.student)
+    flores = measure_flores(args.teacher, runs, flores_folder(list(runs)))
+    chosen = choose(runs, flores)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_set(args.out, args.teacher, chosen, half=args.half)
+    tatoeba = tatoeba_through_set(args.out, args.teacher, args.tatoeba_dir) if args.tatoeba_dir else None
+    report = {"teacher": str(args.teacher), "students": [str(r) for r in runs], "flores": flores, "chosen": chosen,
+              "tatoeba": tatoeba}
+    (args.out / "selection.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = markdown(args.teacher, flores, chosen, tatoeba)
+    (args.out / "selection.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
