@@ -187,7 +187,7 @@ def test_a_student_set_routes_a_language_to_the_student_only_where_flores_says_i
         (tatoeba / f"tatoeba.{name}-eng.{name}").write_text((source / "valid" / f"{lang}.txt").read_text())
         (tatoeba / f"tatoeba.{name}-eng.eng").write_text((source / "valid" / "en.txt").read_text())
     assert main(["--teacher", str(teacher), "--student", str(runs / "student"), "--student", str(runs / "student-2"),
-                 "--out", str(out), "--half", "--tatoeba-dir", str(tatoeba)]) == 0
+                 "--out", str(out), "--half", "--tatoeba-dir", str(tatoeba), "--cache-dir", str(tmp_path / "cache")]) == 0
     report = json.loads((out / "selection.json").read_text())
     row = report["flores"]["wo"]
     # the student's figure is the one its run validated its exported encoder with (the same measure; the run

@@ -80,12 +80,14 @@ def measure_flores(teacher: Path, runs: dict[Path, list[str]], folder: Path, *, 
     table = {lang: {"teacher": None, "students": {}} for lang in langs}
     if not langs:
         return table
+    print(f"student_set: FLORES-200 of {len(langs)} languages with the teacher alone ({teacher})", flush=True)
     for lang, error in model_flores_errors(LaserEncoder.from_pretrained(teacher), folder, langs + [english],
                                            [english]).items():
         if lang in table:
             table[lang]["teacher"] = round(error, 2)
     for run, run_langs in runs.items():
         mine = [lang for lang in langs if lang in run_langs]
+        print(f"student_set: FLORES-200 of {len(mine)} languages through {run}", flush=True)
         routed = RoutedLaserEncoder(teacher, {student_key(lang): run / "final" for lang in mine},
                                     LaserEncoder.from_pretrained, name=f"{teacher} + {run}")
         for lang, error in model_flores_errors(routed, folder, mine + [english], [english]).items():
@@ -134,9 +136,12 @@ def write_set(out: Path, teacher: Path, chosen: dict[str, dict], *, half: bool) 
     return students
 
 
-def tatoeba_through_set(out: Path, teacher: Path, folder: Path) -> dict:
+def tatoeba_through_set(out: Path, teacher: Path, folder: Path, cache_dir: Path | None = None,
+                        use_cache: bool = True) -> dict:
     """Tatoeba errors of every language in `folder`, through the set and with the teacher alone: `{"teacher": {...},
-    "set": {...}, "member": {lang: "default" or set key}}` (each as `evaluate_tatoeba` returns, with "average")."""
+    "set": {...}, "member": {lang: "default" or set key}}` (each as `evaluate_tatoeba` returns, with "average").
+    Embeddings go through the evaluation cache (`cache_dir`; keyed by the model of each language, so a second set
+    or teacher never reuses another's)."""
     from evaluation.cache import EmbeddingCache
     from evaluation.tatoeba import TATOEBA_LANGS, available_languages, average_errors, evaluate_tatoeba
     from hf_laser import LaserEncoder
@@ -145,12 +150,13 @@ def tatoeba_through_set(out: Path, teacher: Path, folder: Path) -> dict:
     routed = RoutedLaserEncoder.from_pretrained(out, LaserEncoder.from_pretrained)
     langs = [lang for lang in available_languages(folder) if lang != "eng"]
     member = {lang: routed.route(TATOEBA_LANGS.get(lang, lang)) for lang in langs}
-    quiet = {"show_progress": False, "log": lambda *_: None}
-    alone = evaluate_tatoeba(EmbeddingCache(LaserEncoder.from_pretrained(teacher), enabled=False, show_progress=False),
-                             langs, folder=folder, **quiet)
+    quiet = {"show_progress": True, "log": lambda *_: None}  # one bar over the languages
+    def cache(encoder):
+        return EmbeddingCache(encoder, cache_dir, enabled=use_cache, show_progress=False)
+
+    alone = evaluate_tatoeba(cache(LaserEncoder.from_pretrained(teacher)), langs, folder=folder, **quiet)
     students = [lang for lang in langs if member[lang] != "default"]
-    through = evaluate_tatoeba(EmbeddingCache(routed, enabled=False, show_progress=False), students, folder=folder,
-                               **quiet) if students else {}
+    through = evaluate_tatoeba(cache(routed), students, folder=folder, **quiet) if students else {}
     per_set = {lang: (through[lang] if member[lang] != "default" else alone[lang]) for lang in langs}
     return {"teacher": {**{lang: alone[lang] for lang in langs}, "average": average_errors(
                 {lang: alone[lang] for lang in langs})},
@@ -187,6 +193,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path, help="the set directory to write")
     parser.add_argument("--half", action="store_true", help="store the students' weights in float16")
     parser.add_argument("--tatoeba-dir", type=Path, help="also report Tatoeba v1 through the set (never chosen on)")
+    parser.add_argument("--cache-dir", type=Path, help="the evaluation cache of the Tatoeba embeddings (default: "
+                                                       "evaluation.cache's)")
+    parser.add_argument("--no-cache", action="store_true", help="embed Tatoeba again, keep nothing")
     args = parser.parse_args(argv)
     if not (args.teacher / "config.json").is_file():
         parser.error(f"--teacher {args.teacher} is not a model directory (no config.json)")
@@ -195,7 +204,8 @@ def main(argv=None) -> int:
     chosen = choose(runs, flores)
     args.out.mkdir(parents=True, exist_ok=True)
     write_set(args.out, args.teacher, chosen, half=args.half)
-    tatoeba = tatoeba_through_set(args.out, args.teacher, args.tatoeba_dir) if args.tatoeba_dir else None
+    tatoeba = tatoeba_through_set(args.out, args.teacher, args.tatoeba_dir, args.cache_dir,
+                                  not args.no_cache) if args.tatoeba_dir else None
     report = {"teacher": str(args.teacher), "students": [str(r) for r in runs], "flores": flores, "chosen": chosen,
               "tatoeba": tatoeba}
     (args.out / "selection.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
