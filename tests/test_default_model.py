@@ -57,6 +57,22 @@ def test_from_pretrained_without_argument_announces_the_default(capsys):
     assert next(encoder.model.parameters()).dtype.is_floating_point
 
 
+def test_a_shipped_model_by_its_name_unless_a_local_directory_has_that_name(tmp_path, monkeypatch, capsys):
+    from hf_laser.cli import main as cli_main
+
+    monkeypatch.chdir(tmp_path)  # no ./laser-mini here: the name means the shipped model
+    lines = ["Hello world.", "Das ist gut."]
+    by_name = LaserEncoder.from_pretrained("laser-mini").encode(lines, lang="en")
+    assert np.array_equal(by_name, LaserEncoder.from_pretrained(hf_laser.DEFAULT_MODEL).encode(lines, lang="en"))
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    assert cli_main(["embed", "--model", "laser-mini", "--lang", "en", "-i", "in.txt", "-o", "out.npy"]) == 0
+    assert np.allclose(np.load(tmp_path / "out.npy"), by_name, atol=1e-6)
+    # a directory called laser-mini here is what the user means: not replaced by the shipped one
+    (tmp_path / "laser-mini").mkdir()
+    with pytest.raises((OSError, ValueError)):
+        LaserEncoder.from_pretrained("laser-mini")
+
+
 def test_auto_classes_load_the_default_model():
     import torch
     from transformers import AutoModel, AutoTokenizer

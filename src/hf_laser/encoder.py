@@ -161,7 +161,8 @@ class LaserEncoder:
 
         Args:
             path: local directory or Hub repo id; None: the model shipped with the package
-                (`hf_laser.DEFAULT_MODEL`, laser-mini), announced once on stderr. A model set (a directory with
+                (`hf_laser.DEFAULT_MODEL`, laser-mini), announced once on stderr; a shipped model's name
+                (`"laser-mini"`, `hf_laser.models.SHIPPED_MODELS`) where no local path has it. A model set (a directory with
                 `laser_model_set.json`, or a list of model directories: LASER2 and LASER3 students) gives a
                 [`~model_set.RoutedLaserEncoder`], which embeds each sentence with the model of its language.
                 `"laser2"` / `"laser3-LANG"` (no such local directory): the original release, downloaded from Meta's
@@ -203,12 +204,13 @@ class LaserEncoder:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
         from .model_set import RoutedLaserEncoder, is_model_set
 
+        if not isinstance(path, (list, tuple)):
+            path = resolve_model(path, who="LaserEncoder")
         if isinstance(path, (list, tuple)) or is_model_set(path):
             # LASER2 + LASER3 students: one encoder that embeds each sentence with the model of its language
             return RoutedLaserEncoder.from_pretrained(path, cls.from_pretrained, device=device, dtype=dtype,
                                                       quantize=quantize, torch_only=torch_only, engine=engine,
                                                       **({"speed": speed} if speed is not None else {}), **kwargs)
-        path = resolve_model(path, who="LaserEncoder")
         if isinstance(path, str) and not Path(path).exists():
             from .download import resolve_named_model
 

@@ -22,15 +22,26 @@ from ..errors import UsageError
 
 DEFAULT_MODEL_NAME = "laser-mini"
 DEFAULT_MODEL = str(Path(__file__).resolve().parent / DEFAULT_MODEL_NAME)
+# the models inside the package, by the name a user can give for them (`--model laser-mini`)
+SHIPPED_MODELS = {DEFAULT_MODEL_NAME: DEFAULT_MODEL}
 
 _announced = False
 
 
+def shipped_model(model) -> str | None:
+    """The directory of the shipped model `model` names (`"laser-mini"`), or None; a local path of that name, when
+    there is one, is what the user means, so it is not replaced."""
+    if isinstance(model, str) and model in SHIPPED_MODELS and not Path(model).exists():
+        return SHIPPED_MODELS[model]
+    return None
+
+
 def resolve_model(model: str | os.PathLike | None, *, who: str = "hf_laser") -> str | os.PathLike:
-    """`model`, or the shipped default model when it is None, saying so once per process on stderr."""
+    """`model` (a shipped model's name: its directory in the package), or the shipped default model when it is
+    None, saying so once per process on stderr."""
     global _announced
     if model is not None:
-        return model
+        return shipped_model(model) or model
     if not (Path(DEFAULT_MODEL) / "config.json").is_file():
         raise FileNotFoundError(f"the default model is missing from the installed package ({DEFAULT_MODEL}); "
                                 "reinstall hf-laser, or pass a model directory")
