@@ -214,7 +214,8 @@ def test_a_student_set_routes_a_language_to_the_student_only_where_flores_says_i
     for side in ("teacher", "set"):
         assert t[side]["average"]["xx2en_error"] == pytest.approx((t[side]["wol"]["xx2en_error"]
                                                                    + t[side]["fra"]["xx2en_error"]) / 2, abs=0.01)
-    assert "| wol | wol_Latn |" in (out / "selection.md").read_text()
+    card = (out / "README.md").read_text()
+    assert "| wol | wol_Latn |" in card and "except the 1 below" in card and "`student`" in card
 
     flores = {"a": {"teacher": 30.0, "students": {"r1": 20.0, "r2": 10.0}}, "b": {"teacher": 10.0, "students":
               {"r1": 12.0}}, "c": {"teacher": 5.0, "students": {"r1": 5.0}}}

@@ -12,9 +12,9 @@ the language goes to the student with the lowest error if it is lower than the t
 teacher. A language without FLORES data (Breton) has nothing to choose on and stays with the teacher: the selection
 table says so. The set directory gets `laser_model_set.json` (the teacher by relative path as its default), a copy of
 each chosen student (`--half`: float16 weights, computed in float32, as laser-mini ships), `selection.json`, and
-`README.md` with the table. With `--tatoeba-dir`, every Tatoeba v1 language is evaluated through the set and with the
-teacher alone (a language the set routes to the teacher is that very model, so it is embedded once and the figure is
-shared), and the means over all languages are written beside the selection.
+`README.md`, the set's card with the selection table. With `--tatoeba-dir`, every Tatoeba v1 language is evaluated
+through the set and with the teacher alone (a language the set routes to the teacher is that very model, so it is
+embedded once and the figure is shared), and the means over all languages are written beside the selection.
 """
 
 from __future__ import annotations
@@ -185,6 +185,33 @@ def markdown(teacher: Path, flores: dict, chosen: dict, tatoeba: dict | None) ->
     return "\n".join(lines) + "\n"
 
 
+def card(out: Path, teacher: Path, chosen: dict, selection: str, command: str) -> str:
+    """The set's `README.md`: what routes where, its size, how to use it, the selection and how it was made."""
+    routed = sorted(student_key(lang) for lang, row in chosen.items() if row["student"])
+    students = sorted({Path(row["student"]).name for row in chosen.values() if row["student"]})
+    size = sum(f.stat().st_size for name in students for f in (out / name).rglob("*") if f.is_file())
+    return f"""# {out.name}
+
+A LASER model set: `{teacher.name}` embeds every language except the {len(routed)} below, which go to the distilled
+student{'s' if len(students) > 1 else ''} {', '.join(f'`{name}`' for name in students) or '(none)'} because
+{'they beat' if len(students) > 1 else 'it beats'} the teacher on FLORES-200 devtest: {', '.join(routed) or 'none'}.
+The students' files take {size / 1e6:.1f} MB beside the teacher's. A set routes each sentence by the language it is
+given (`lang=`, one code for all or one per sentence) and refuses `lang=None` or `"auto"` rather than guess a
+student from a language detector's mistake.
+
+```python
+from hf_laser import LaserEncoder
+encoder = LaserEncoder.from_pretrained("path/to/{out.name}")
+vectors = encoder.encode(["Sentence one.", "Sentence two."], lang="en")
+```
+
+## Selection
+
+{selection}
+Made with `{command}` (hf_laser's `training/student_set.py`).
+"""
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--teacher", required=True, type=Path, help="the default model of the set (the teacher)")
@@ -210,7 +237,8 @@ def main(argv=None) -> int:
               "tatoeba": tatoeba}
     (args.out / "selection.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     text = markdown(args.teacher, flores, chosen, tatoeba)
-    (args.out / "selection.md").write_text(text, encoding="utf-8")
+    command = "python training/student_set.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    (args.out / "README.md").write_text(card(args.out, args.teacher, chosen, text, command), encoding="utf-8")
     print(text)
     return 0
 
