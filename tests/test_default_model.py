@@ -178,6 +178,11 @@ def test_wheel_contains_the_default_model(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {f"hf_laser/models/laser-mini/{p.name}" for p in Path(hf_laser.DEFAULT_MODEL).iterdir() if p.is_file()}
     assert shipped and shipped <= names, sorted(shipped - names)
+    from hf_laser.models import LASER_MINI_SET
+
+    in_set = {f"hf_laser/models/laser-mini-set/{p.relative_to(LASER_MINI_SET).as_posix()}"
+              for p in Path(LASER_MINI_SET).rglob("*") if p.is_file()}
+    assert in_set and in_set <= names, sorted(in_set - names)
     assert "hf_laser/models/__init__.py" in names
 
     # installed from the wheel (not editable) into a venv with hf_laser's dependencies and nothing of this checkout,
@@ -196,6 +201,9 @@ def test_wheel_contains_the_default_model(tmp_path):
     sentences = example("de")[:3]
     script = ("import json, sys, hf_laser; from hf_laser import LaserEncoder; "
               "e = LaserEncoder.from_pretrained().encode(json.loads(sys.argv[1]), lang='de'); "
+              "s = LaserEncoder.from_pretrained('laser-mini-set'); "
+              "assert (s.encode(json.loads(sys.argv[1]), lang='de') == e).all(); "
+              "assert s.encode(['Kaixo'], lang=sorted(s.student_paths)[0]).shape == (1, e.shape[1]); "
               "print(hf_laser.__file__); print(json.dumps(e.tolist()))")
     result = subprocess.run([str(python), "-c", script, json.dumps(sentences)], capture_output=True, text=True,
                             cwd=tmp_path, env={**OFFLINE, "PYTHONPATH": ""})

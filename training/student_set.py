@@ -11,7 +11,8 @@ run's validation measures (nearest neighbour by cosine, xx→en and en→xx, ave
 the language goes to the student with the lowest error if it is lower than the teacher's, else stays with the
 teacher. A language without FLORES data (Breton) has nothing to choose on and stays with the teacher: the selection
 table says so. The set directory gets `laser_model_set.json` (the teacher by relative path as its default), a copy of
-each chosen student (`--half`: float16 weights, computed in float32, as laser-mini ships), `selection.json`, and
+each chosen student (`--half`: float16 weights, computed in float32, as laser-mini ships; with its run's config as
+`training_config.yaml`), `selection.json`, and
 `README.md`, the set's card with the selection table. With `--tatoeba-dir`, every Tatoeba v1 language is evaluated
 through the set and with the teacher alone (a language the set routes to the teacher is that very model, so it is
 embedded once and the figure is shared), and the means over all languages are written beside the selection.
@@ -130,6 +131,7 @@ def write_set(out: Path, teacher: Path, chosen: dict[str, dict], *, half: bool) 
             save_half(Path(run), dest)
         else:
             shutil.copytree(Path(run) / "final", dest)
+        shutil.copy(Path(run) / "config.yaml", dest / "training_config.yaml")  # how it was made
         copies[run] = dest
     students = {student_key(lang): copies[row["student"]] for lang, row in chosen.items() if row["student"]}
     write_model_set(out, default=teacher, students=students)
@@ -182,13 +184,32 @@ def markdown(teacher: Path, flores: dict, chosen: dict, tatoeba: dict | None) ->
         a, s = tatoeba["teacher"]["average"], tatoeba["set"]["average"]
         lines.append(f"| **mean of {len(tatoeba['member'])}** | | {a['xx2en_error']:.2f} / {a['en2xx_error']:.2f} | "
                      f"{s['xx2en_error']:.2f} / {s['en2xx_error']:.2f} |")
+        worse = [lang for lang, member in tatoeba["member"].items() if member != "default" and any(
+            tatoeba["set"][lang][k] > tatoeba["teacher"][lang][k] for k in ("xx2en_error", "en2xx_error"))]
+        lines += ["", f"Worse on Tatoeba v1 than the teacher alone in at least one direction: {', '.join(worse)}." if worse
+                  else "No routed language is worse on Tatoeba v1 than the teacher alone."]
     return "\n".join(lines) + "\n"
 
 
+def trained(run: Path) -> str:
+    """One line on how a student was made: its run's exported step, validation error and minutes."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    best = min((r for r in rows if "valid_error" in r), key=lambda r: r["valid_error"])
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    return (f"`{run.name}`: `training/train.py`, objective distillation, {len(config['data']['source_languages'])} "
+            f"source languages, targets {', '.join(config['data']['target_languages'])}; exported at step "
+            f"{best['step']:,} (FLORES-200 mean over its languages {best['valid_error']:.2f} %, "
+            f"{best.get('minutes', 0):.0f} minutes of its last launch); its training config: `{run.name}/training_config.yaml`.")
+
+
 def card(out: Path, teacher: Path, chosen: dict, selection: str, command: str) -> str:
-    """The set's `README.md`: what routes where, its size, how to use it, the selection and how it was made."""
+    """The set's `README.md`: what routes where, its size, how to use it, the selection and how it was made (a set
+    the package ships is loaded by its name)."""
+    from hf_laser.models import SHIPPED_MODELS
+
     routed = sorted(student_key(lang) for lang, row in chosen.items() if row["student"])
     students = sorted({Path(row["student"]).name for row in chosen.values() if row["student"]})
+    runs = sorted({Path(row["student"]) for row in chosen.values() if row["student"]})
     size = sum(f.stat().st_size for name in students for f in (out / name).rglob("*") if f.is_file())
     return f"""# {out.name}
 
@@ -201,9 +222,13 @@ student from a language detector's mistake.
 
 ```python
 from hf_laser import LaserEncoder
-encoder = LaserEncoder.from_pretrained("path/to/{out.name}")
+encoder = LaserEncoder.from_pretrained("{out.name if out.name in SHIPPED_MODELS else 'path/to/' + out.name}")
 vectors = encoder.encode(["Sentence one.", "Sentence two."], lang="en")
 ```
+
+## Students
+
+{chr(10).join('- ' + trained(run) for run in runs) or 'none'}
 
 ## Selection
 

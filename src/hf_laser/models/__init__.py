@@ -5,7 +5,9 @@
 original LASER models (convert those with `hf-laser convert`); it exists so that embedding works out of the box.
 The directory holds weights, configuration, tokenizer files, model card and plot, no code: with the package
 installed the `laser` type is registered, and a directory for the Hub (`save_pretrained`, `hf-laser push`) gets
-its remote code from the package's sources (`hf_laser.integration_files`).
+its remote code from the package's sources (`hf_laser.integration_files`). `LASER_MINI_SET` (`laser-mini-set`) is
+a model set beside it: laser-mini, and a distilled student for the languages where the student beats it on
+FLORES-200 (the set's README.md lists them).
 
 [`resolve_model`] gives the default when no model is named; [`looks_local`], [`check_local_dir`] and
 [`check_model_dir`] tell a local path from a Hub id and check a model argument before anything is loaded.
@@ -22,8 +24,12 @@ from ..errors import UsageError
 
 DEFAULT_MODEL_NAME = "laser-mini"
 DEFAULT_MODEL = str(Path(__file__).resolve().parent / DEFAULT_MODEL_NAME)
+# laser-mini plus the distilled student of the languages where it beats laser-mini (training/student_set.py; its
+# README.md says which): a model set, so it needs the language of the text (`lang=`)
+LASER_MINI_SET_NAME = "laser-mini-set"
+LASER_MINI_SET = str(Path(__file__).resolve().parent / LASER_MINI_SET_NAME)
 # the models inside the package, by the name a user can give for them (`--model laser-mini`)
-SHIPPED_MODELS = {DEFAULT_MODEL_NAME: DEFAULT_MODEL}
+SHIPPED_MODELS = {DEFAULT_MODEL_NAME: DEFAULT_MODEL, LASER_MINI_SET_NAME: LASER_MINI_SET}
 
 _announced = False
 

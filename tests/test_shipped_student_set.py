@@ -1,0 +1,77 @@
+"""#50 item 4: the shipped model set `laser-mini-set` (src/hf_laser/models/laser-mini-set, written by
+training/student_set.py): laser-mini for every language, the distilled student for the languages its selection
+routed to it on FLORES-200; loadable by name; each language's embeddings are those of the model its card names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hf_laser
+from conftest import SHARED, require_shared
+from hf_laser import LaserEncoder
+from hf_laser.model_set import read_model_set
+from hf_laser.models import LASER_MINI_SET
+
+FLORES = SHARED / "data" / "parallel" / "valid" / "flores200-devtest"
+
+
+@pytest.fixture(scope="module")
+def selection() -> dict:
+    return json.loads((Path(LASER_MINI_SET) / "selection.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def shipped_set():
+    return LaserEncoder.from_pretrained("laser-mini-set")
+
+
+def student_languages(selection) -> list[str]:
+    return sorted(lang for lang, row in selection["chosen"].items() if row["student"])
+
+
+def test_the_set_is_laser_mini_and_the_students_its_selection_chose(selection, shipped_set):
+    from training.student_set import student_key
+
+    default, students = read_model_set(LASER_MINI_SET)
+    assert default.resolve() == Path(hf_laser.DEFAULT_MODEL).resolve()
+    chosen = student_languages(selection)
+    assert chosen and sorted(students) == sorted(student_key(lang) for lang in chosen)
+    for lang, row in selection["chosen"].items():
+        assert shipped_set.route(lang) == (student_key(lang) if row["student"] else "default"), lang
+        if row["student"]:  # chosen on FLORES only where the student is below the teacher
+            assert min(selection["flores"][lang]["students"].values()) < selection["flores"][lang]["teacher"]
+    # the card names every routed language, and the set holds weights and tokenizer files, no code
+    card = (Path(LASER_MINI_SET) / "README.md").read_text(encoding="utf-8")
+    assert all(f"| {lang} | {student_key(lang)} |" in card for lang in chosen)
+    assert not list(Path(LASER_MINI_SET).rglob("*.py"))
+
+
+def test_each_language_is_embedded_by_the_model_the_card_names(selection, shipped_set):
+    lines = ["Hello world.", "The weather is nice today."]
+    mini = LaserEncoder.from_pretrained(hf_laser.DEFAULT_MODEL)
+    assert np.array_equal(shipped_set.encode(lines, lang="en"), mini.encode(lines, lang="en"))
+    _, students = read_model_set(LASER_MINI_SET)
+    lang = student_languages(selection)[0]
+    from training.student_set import student_key
+
+    student = LaserEncoder.from_pretrained(students[student_key(lang)])
+    assert np.array_equal(shipped_set.encode(lines, lang=lang), student.encode(lines, lang=student_key(lang)))
+    assert not np.allclose(shipped_set.encode(lines, lang=lang), mini.encode(lines, lang=lang))
+
+
+def test_a_routed_language_finds_its_translations_better_than_laser_mini(selection, shipped_set):
+    """On FLORES-200 devtest (what the routing was chosen on): the student's language against laser-mini's English
+    beats laser-mini alone, for the language the set gains most on."""
+    require_shared(FLORES)
+    from training.report import model_flores_errors
+
+    lang = max(student_languages(selection), key=lambda k: selection["flores"][k]["teacher"]
+               - min(selection["flores"][k]["students"].values()))
+    through_set = model_flores_errors(shipped_set, FLORES, [lang, "en"], ["en"], max_sentences=300)[lang]
+    alone = model_flores_errors(LaserEncoder.from_pretrained(hf_laser.DEFAULT_MODEL), FLORES, [lang, "en"], ["en"],
+                                max_sentences=300)[lang]
+    assert through_set < alone - 2, (lang, through_set, alone)
