@@ -219,12 +219,12 @@ _SCRIPT = """
 import sys, time
 import hf_laser.encoder as E
 model, src, out, chunk, delay = sys.argv[1:6]
-real = E.LaserEncoder.encode_ids
+real = E.LaserEncoder._embed_ids  # what encode_file calls once per chunk (not encode_ids)
 def slow(self, *a, **k):
     r = real(self, *a, **k)
     time.sleep(float(delay))
     return r
-E.LaserEncoder.encode_ids = slow
+E.LaserEncoder._embed_ids = slow
 enc = E.LaserEncoder.from_pretrained(model)
 enc.encode_file(src, out, lang="fr", chunk_lines=int(chunk), show_progress_bar=False)
 print("complete", flush=True)
@@ -259,7 +259,7 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(tiny_model_dir, tmp_path):
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed"
+    assert proc.poll() is None, ("the run ended before it could be killed", proc.stderr.read()[-3000:])
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
