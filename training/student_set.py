@@ -193,8 +193,9 @@ def markdown(teacher: Path, flores: dict, chosen: dict, tatoeba: dict | None) ->
 
 def trained(run: Path) -> str:
     """One line on how a student was made: its run's exported step, validation error and minutes."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    best = min((r for r in rows if "valid_error" in r), key=lambda r: r["valid_error"])
+    from training.report import read_metrics
+
+    best = min((r for r in read_metrics(run) if "valid_error" in r), key=lambda r: r["valid_error"])
     config = yaml.safe_load((run / "config.yaml").read_text())
     return (f"`{run.name}`: `training/train.py`, objective distillation, {len(config['data']['source_languages'])} "
             f"source languages, targets {', '.join(config['data']['target_languages'])}; exported at step "
