@@ -176,7 +176,8 @@ def test_the_target_side_is_measured_by_the_tokenizer_that_reads_it(tmp_path):
 def test_a_student_set_routes_a_language_to_the_student_only_where_flores_says_it_beats_the_teacher(
         wolof_students, cipher_setup, tmp_path):  # noqa: F811
     """training/student_set.py: the teacher alone, and each student through the set, measured as the runs validate;
-    the language goes to the lowest error below the teacher's; float16 copies; a language without data stays."""
+    the language goes to the lowest error, beyond noise below the teacher's; float16 copies; a language without data
+    stays."""
     from hf_laser import LaserEncoder  # noqa: PLC0415
     from training.student_set import choose, main  # noqa: PLC0415
 
@@ -217,8 +218,15 @@ def test_a_student_set_routes_a_language_to_the_student_only_where_flores_says_i
     card = (out / "README.md").read_text()
     assert "| wol | wol_Latn |" in card and "except the 1 below" in card and "`student`" in card
 
-    flores = {"a": {"teacher": 30.0, "students": {"r1": 20.0, "r2": 10.0}}, "b": {"teacher": 10.0, "students":
-              {"r1": 12.0}}, "c": {"teacher": 5.0, "students": {"r1": 5.0}}}
-    chosen = choose({"r1": ["a", "b", "c", "d"], "r2": ["a"]}, flores)
-    assert [chosen[k]["student"] for k in "abcd"] == ["r2", None, None, None]
-    assert "no FLORES-200 data" in chosen["d"]["why"]
+    # the choice: the lowest student, where its gain's bootstrap bound is above 0 (e below the teacher by noise)
+    def test(lower):
+        return {"lower": lower, "confidence": 0.95}
+    flores = {"a": {"teacher": 30.0, "students": {"r1": 20.0, "r2": 10.0}, "significance": {"r1": test(8.0),
+                                                                                            "r2": test(17.0)}},
+              "b": {"teacher": 10.0, "students": {"r1": 12.0}, "significance": {"r1": test(-3.5)}},
+              "c": {"teacher": 5.0, "students": {"r1": 5.0}, "significance": {"r1": test(-1.0)}},
+              "e": {"teacher": 40.0, "students": {"r1": 39.2}, "significance": {"r1": test(-0.3)}}}
+    chosen = choose({"r1": ["a", "b", "c", "d", "e"], "r2": ["a"]}, flores)
+    assert [chosen[k]["student"] for k in "abcde"] == ["r2", None, None, None, None]
+    assert "no FLORES-200 data" in chosen["d"]["why"] and "no gain beyond noise" in chosen["e"]["why"]
+    assert report["flores"]["wo"]["significance"][str(runs / "student")]["lower"] > 0

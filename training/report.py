@@ -76,7 +76,7 @@ def files_sha256(paths) -> dict[str, str]:
 
 def code_sha256() -> str:
     """One digest of the code a measurement runs: the `hf_laser` package (tokenization, model, encoder), the
-    `evaluation` package, and `training/train.py` (its `similarity_error`)."""
+    `evaluation` package, and `training/train.py` (its `similarity_misses`)."""
     import hf_laser
 
     sources = [*sorted(Path(hf_laser.__file__).parent.rglob("*.py")), *sorted((REPO / "evaluation").rglob("*.py")),
@@ -168,23 +168,32 @@ def model_flores_errors(encoder, folder: Path, langs: list[str] | None, targets:
     """`{lang: error %}` of a `LaserEncoder` on a multi-parallel folder, measured as the run's validation does
     (`train.validate`: nearest neighbour by cosine, both directions against each target language, averaged), so
     that another model (`--baseline`) is compared on exactly the run's languages and sentences."""
+    return {lang: 100 * float(misses.mean()) for lang, misses in model_flores_misses(
+        encoder, folder, langs, targets, max_sentences=max_sentences, pretokenized=pretokenized).items()}
+
+
+def model_flores_misses(encoder, folder: Path, langs: list[str] | None, targets: list[str], *,
+                        max_sentences: int | None = None, pretokenized: bool = False) -> dict:
+    """`{lang: (n,) float64}`: for each sentence of a multi-parallel folder, the fraction of its searches that miss
+    (both directions against each target language); its mean is `model_flores_errors`' figure / 100, and two
+    models' arrays pair sentence by sentence (`evaluation.significance.paired_bootstrap`)."""
     import torch
 
     from evaluation.cache import EmbeddingCache
     from evaluation.xsim import embed_languages, load_multiparallel
-    from training.train import similarity_error
+    from training.train import similarity_misses
 
     data = load_multiparallel(folder, langs, max_sentences=max_sentences, log=lambda *_: None)
     cache = EmbeddingCache(encoder, enabled=False, show_progress=False)
     emb = dict(zip(data.languages, torch.from_numpy(embed_languages(cache, data, pretokenized=pretokenized,
                                                                     show_progress=False))))
-    errors = {}
+    misses = {}
     for lang in data.languages:
         others = [t for t in targets if t in emb and t != lang]
         if others:
-            errors[lang] = 100 * sum(similarity_error(emb[lang], emb[t]) + similarity_error(emb[t], emb[lang])
-                                     for t in others) / (2 * len(others))
-    return errors
+            misses[lang] = sum(similarity_misses(emb[lang], emb[t]).double() + similarity_misses(emb[t], emb[lang])
+                               .double() for t in others).numpy() / (2 * len(others))
+    return misses
 
 
 def held_out_errors(rows: list[dict], step: int) -> dict[str, float]:

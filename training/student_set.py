@@ -7,9 +7,10 @@ says the student beats the teacher (issue #50; Tatoeba v1 is only reported, neve
 Every `--student RUN` is a distillation run's `--output-dir` (its `final/` and `config.yaml`); its source languages
 are its candidates. For each candidate language with a FLORES-200 file (the run's `validation.path`), the teacher
 alone and each student (the student embeds the language, the teacher English, as the set will) are measured as the
-run's validation measures (nearest neighbour by cosine, xx→en and en→xx, averaged: `report.model_flores_errors`);
-the language goes to the student with the lowest error if it is lower than the teacher's, else stays with the
-teacher. A language without FLORES data (Breton) has nothing to choose on and stays with the teacher: the selection
+run's validation measures (nearest neighbour by cosine, xx→en and en→xx, averaged: `report.model_flores_misses`);
+the language goes to the student with the lowest error if its gain over the teacher is beyond FLORES' sampling
+noise (a paired bootstrap over the sentences, `evaluation.significance`: the one-sided `--confidence` lower bound of
+the gain above 0), else stays with the teacher. A language without FLORES data (Breton) has nothing to choose on and stays with the teacher: the selection
 table says so. The set directory gets `laser_model_set.json` (the teacher by relative path as its default), a copy of
 each chosen student (`--half`: float16 weights, computed in float32, as laser-mini ships; with its run's config as
 `training_config.yaml`), `selection.json`, and
@@ -59,6 +60,10 @@ def flores_folder(runs: list[Path]) -> Path:
     return folders.pop()
 
 
+# the one-sided confidence with which a student's FLORES gain must exceed zero to route a language to it (fixed
+# before the sets it chooses were evaluated on Tatoeba v1)
+CONFIDENCE = 0.95
+
 # corpus codes that name no single FLORES-200 language: `ku` names two (the corpora's and FLORES' `ku` are
 # Kurmanji in Latin script), Breton is outside FLORES-200
 CORPUS_KEYS = {"ku": "kmr_Latn", "br": "bre_Latn"}
@@ -71,35 +76,40 @@ def student_key(lang: str) -> str:
     return CORPUS_KEYS.get(lang) or student_code(lang)
 
 
-def measure_flores(teacher: Path, runs: dict[Path, list[str]], folder: Path, *, english: str = "en") -> dict:
-    """`{lang: {"teacher": %, "students": {run: %}}}` on the languages of `folder` among the runs' languages."""
+def measure_flores(teacher: Path, runs: dict[Path, list[str]], folder: Path, *, english: str = "en",
+                   confidence: float = CONFIDENCE) -> dict:
+    """`{lang: {"teacher": %, "students": {run: %}, "significance": {run: paired_bootstrap(teacher, student)}}}` on
+    the languages of `folder` among the runs' languages."""
+    from evaluation.significance import paired_bootstrap
     from hf_laser import LaserEncoder
     from hf_laser.model_set import RoutedLaserEncoder
-    from training.report import model_flores_errors
+    from training.report import model_flores_misses
 
     langs = sorted({lang for langs in runs.values() for lang in langs if (folder / f"{lang}.txt").is_file()})
-    table = {lang: {"teacher": None, "students": {}} for lang in langs}
+    table = {lang: {"teacher": None, "students": {}, "significance": {}} for lang in langs}
     if not langs:
         return table
     print(f"student_set: FLORES-200 of {len(langs)} languages with the teacher alone ({teacher})", flush=True)
-    for lang, error in model_flores_errors(LaserEncoder.from_pretrained(teacher), folder, langs + [english],
-                                           [english]).items():
-        if lang in table:
-            table[lang]["teacher"] = round(error, 2)
+    alone = model_flores_misses(LaserEncoder.from_pretrained(teacher), folder, langs + [english], [english])
+    for lang in table:
+        table[lang]["teacher"] = round(100 * float(alone[lang].mean()), 2)
     for run, run_langs in runs.items():
         mine = [lang for lang in langs if lang in run_langs]
         print(f"student_set: FLORES-200 of {len(mine)} languages through {run}", flush=True)
         routed = RoutedLaserEncoder(teacher, {student_key(lang): run / "final" for lang in mine},
                                     LaserEncoder.from_pretrained, name=f"{teacher} + {run}")
-        for lang, error in model_flores_errors(routed, folder, mine + [english], [english]).items():
+        for lang, misses in model_flores_misses(routed, folder, mine + [english], [english]).items():
             if lang in table:
-                table[lang]["students"][str(run)] = round(error, 2)
+                table[lang]["students"][str(run)] = round(100 * float(misses.mean()), 2)
+                table[lang]["significance"][str(run)] = paired_bootstrap(alone[lang], misses, confidence=confidence)
     return table
 
 
 def choose(runs: dict[Path, list[str]], flores: dict) -> dict[str, dict]:
     """`{lang: {"student": run or None, "why": ...}}` for every candidate language: the student with the lowest FLORES
-    error when it is below the teacher's; the teacher where it is not, or where there is no FLORES data."""
+    error when its gain over the teacher is beyond FLORES' sampling noise (the paired bootstrap's one-sided lower
+    bound above 0: a gain of a few sentences out of 1,012 routes nothing); the teacher where it is not, or where
+    there is no FLORES data."""
     out = {}
     for lang in sorted({lang for langs in runs.values() for lang in langs}):
         row = flores.get(lang)
@@ -107,11 +117,13 @@ def choose(runs: dict[Path, list[str]], flores: dict) -> dict[str, dict]:
             out[lang] = {"student": None, "why": "no FLORES-200 data to choose on: stays with the teacher"}
             continue
         run, error = min(row["students"].items(), key=lambda item: item[1])
-        if error < row["teacher"]:
-            out[lang] = {"student": run, "why": f"FLORES {row['teacher']:.2f} -> {error:.2f} %"}
+        test = row["significance"][run]
+        bound = f"{test['confidence']:.0%} lower bound of the gain {test['lower']:+.2f}"
+        if test["lower"] > 0:
+            out[lang] = {"student": run, "why": f"FLORES {row['teacher']:.2f} -> {error:.2f} % ({bound})"}
         else:
-            out[lang] = {"student": None, "why": f"the student's FLORES {error:.2f} % is not below the teacher's "
-                                                 f"{row['teacher']:.2f} %"}
+            out[lang] = {"student": None, "why": f"the student's FLORES {error:.2f} % vs the teacher's "
+                                                 f"{row['teacher']:.2f} %: no gain beyond noise ({bound})"}
     return out
 
 
@@ -174,6 +186,12 @@ def markdown(teacher: Path, flores: dict, chosen: dict, tatoeba: dict | None) ->
         best = min(f.get("students", {}).values(), default=None)
         lines.append(f"| {lang} | {student_key(lang)} | {Path(row['student']).name if row['student'] else 'teacher'} "
                      f"| {f.get('teacher', '')} | {'' if best is None else best} | {row['why']} |")
+    tests = [test for f in flores.values() for test in f.get("significance", {}).values()]
+    if tests:
+        lines += ["", f"A student takes a language only where its FLORES gain is beyond sampling noise: a paired "
+                  f"bootstrap over the {tests[0]['sentences']:,} sentences ({tests[0]['resamples']:,} draws, "
+                  "`evaluation/significance.py`) puts the one-sided "
+                  f"{tests[0]['confidence']:.0%} lower bound of the gain above 0."]
     if tatoeba:
         lines += ["", "Tatoeba v1, every language through its routed encoder (error %, xx→en / en→xx):", "",
                   "| language | encoder | teacher alone | through the set |", "|---|---|---|---|"]
@@ -249,11 +267,14 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-dir", type=Path, help="the evaluation cache of the Tatoeba embeddings (default: "
                                                        "evaluation.cache's)")
     parser.add_argument("--no-cache", action="store_true", help="embed Tatoeba again, keep nothing")
+    parser.add_argument("--confidence", type=float, default=CONFIDENCE,
+                        help="route a language to a student only where the paired bootstrap's one-sided lower bound "
+                             f"of its FLORES gain at this confidence is above 0 (default {CONFIDENCE})")
     args = parser.parse_args(argv)
     if not (args.teacher / "config.json").is_file():
         parser.error(f"--teacher {args.teacher} is not a model directory (no config.json)")
     runs = student_runs(args.student)
-    flores = measure_flores(args.teacher, runs, flores_folder(list(runs)))
+    flores = measure_flores(args.teacher, runs, flores_folder(list(runs)), confidence=args.confidence)
     chosen = choose(runs, flores)
     args.out.mkdir(parents=True, exist_ok=True)
     write_set(args.out, args.teacher, chosen, half=args.half)

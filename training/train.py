@@ -463,12 +463,16 @@ def init_encoder_from(model: LaserForPreTraining, path: Path, tokenizer: LaserTo
 
 
 # ---------------------------------------------------------------------------------------------- validation
-def similarity_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Fraction of rows of `a` whose nearest row of `b` (cosine) is not the aligned one; `a`, `b`: `(n, dim)`."""
+def similarity_misses(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`(n,)` bool: whether row i of `a` has a nearest row of `b` (cosine) other than row i; `a`, `b`: `(n, dim)`."""
     a = torch.nn.functional.normalize(a.float(), dim=-1)
     b = torch.nn.functional.normalize(b.float(), dim=-1)
-    nearest = (a @ b.T).argmax(dim=1)
-    return float((nearest != torch.arange(len(a), device=a.device)).float().mean())
+    return (a @ b.T).argmax(dim=1) != torch.arange(len(a), device=a.device)
+
+
+def similarity_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Fraction of rows of `a` whose nearest row of `b` (cosine) is not the aligned one; `a`, `b`: `(n, dim)`."""
+    return float(similarity_misses(a, b).float().mean())
 
 
 @torch.no_grad()
