@@ -217,8 +217,9 @@ def trained(run: Path) -> str:
     config = yaml.safe_load((run / "config.yaml").read_text())
     return (f"`{run.name}`: `training/train.py`, objective distillation, {len(config['data']['source_languages'])} "
             f"source languages, targets {', '.join(config['data']['target_languages'])}; exported at step "
-            f"{best['step']:,} (FLORES-200 mean over its languages {best['valid_error']:.2f} %, "
-            f"{best.get('minutes', 0):.0f} minutes of its last launch); its training config: `{run.name}/training_config.yaml`.")
+            f"{best['step']:,} (FLORES-200 mean over its languages {best['valid_error']:.2f} %, after "
+            f"{best.get('minutes', 0):.0f} minutes of training, all launches together); its training config, as its "
+            f"last launch had it: `{run.name}/training_config.yaml`.")
 
 
 def card(out: Path, teacher: Path, chosen: dict, selection: str, command: str) -> str:
