@@ -219,13 +219,13 @@ def test_a_student_set_routes_a_language_to_the_student_only_where_flores_says_i
     assert "| wol | wol_Latn |" in card and "except the 1 below" in card and "`student`" in card
 
     # the choice: the lowest student, where its gain's bootstrap bound is above 0 (e below the teacher by noise)
-    def test(lower):
+    def bound(lower):
         return {"lower": lower, "confidence": 0.95}
-    flores = {"a": {"teacher": 30.0, "students": {"r1": 20.0, "r2": 10.0}, "significance": {"r1": test(8.0),
-                                                                                            "r2": test(17.0)}},
-              "b": {"teacher": 10.0, "students": {"r1": 12.0}, "significance": {"r1": test(-3.5)}},
-              "c": {"teacher": 5.0, "students": {"r1": 5.0}, "significance": {"r1": test(-1.0)}},
-              "e": {"teacher": 40.0, "students": {"r1": 39.2}, "significance": {"r1": test(-0.3)}}}
+    flores = {"a": {"teacher": 30.0, "students": {"r1": 20.0, "r2": 10.0}, "significance": {"r1": bound(8.0),
+                                                                                            "r2": bound(17.0)}},
+              "b": {"teacher": 10.0, "students": {"r1": 12.0}, "significance": {"r1": bound(-3.5)}},
+              "c": {"teacher": 5.0, "students": {"r1": 5.0}, "significance": {"r1": bound(-1.0)}},
+              "e": {"teacher": 40.0, "students": {"r1": 39.2}, "significance": {"r1": bound(-0.3)}}}
     chosen = choose({"r1": ["a", "b", "c", "d", "e"], "r2": ["a"]}, flores)
     assert [chosen[k]["student"] for k in "abcde"] == ["r2", None, None, None, None]
     assert "no FLORES-200 data" in chosen["d"]["why"] and "no gain beyond noise" in chosen["e"]["why"]

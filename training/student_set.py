@@ -10,8 +10,8 @@ alone and each student (the student embeds the language, the teacher English, as
 run's validation measures (nearest neighbour by cosine, xx→en and en→xx, averaged: `report.model_flores_misses`);
 the language goes to the student with the lowest error if its gain over the teacher is beyond FLORES' sampling
 noise (a paired bootstrap over the sentences, `evaluation.significance`: the one-sided `--confidence` lower bound of
-the gain above 0), else stays with the teacher. A language without FLORES data (Breton) has nothing to choose on and stays with the teacher: the selection
-table says so. The set directory gets `laser_model_set.json` (the teacher by relative path as its default), a copy of
+the gain above 0), else stays with the teacher. A language without FLORES data (Breton) has nothing to choose on
+and stays with the teacher: the selection table says so. The set directory gets `laser_model_set.json` (the teacher by relative path as its default), a copy of
 each chosen student (`--half`: float16 weights, computed in float32, as laser-mini ships; with its run's config as
 `training_config.yaml`), `selection.json`, and
 `README.md`, the set's card with the selection table. With `--tatoeba-dir`, every Tatoeba v1 language is evaluated

@@ -7,7 +7,7 @@ The directory holds weights, configuration, tokenizer files, model card and plot
 installed the `laser` type is registered, and a directory for the Hub (`save_pretrained`, `hf-laser push`) gets
 its remote code from the package's sources (`hf_laser.integration_files`). `LASER_MINI_SET` (`laser-mini-set`) is
 a model set beside it: laser-mini, and a distilled student for the languages where the student beats it on
-FLORES-200 (the set's README.md lists them).
+FLORES-200 by more than the test set's sampling noise (the set's README.md lists them).
 
 [`resolve_model`] gives the default when no model is named; [`looks_local`], [`check_local_dir`] and
 [`check_model_dir`] tell a local path from a Hub id and check a model argument before anything is loaded.
