@@ -2,14 +2,16 @@
 # The distillation levers of issue #50 for one language, each changed alone from the distill-tam.yaml recipe (teacher
 # laser-mini, own 8k BPE, 1x512 BiLSTM, English targets) at the same step budget, selected on FLORES-200 devtest
 # (Tatoeba v1 is only reported afterwards, with evaluation.tatoeba):
-#   bash training/distill_levers.sh LANG [OUT=runs/levers] [LEVERS="base size both multi dropout"]
+#   bash training/distill_levers.sh LANG [OUT=runs/levers] [LEVERS="base size both multi multi-size dropout"]
 # LANG is the data's code (eu, cy, ta ...). Levers:
 #   base     the recipe as it is
 #   size     a 2-layer student (model.num_layers=2)
 #   both     the teacher on both sides (distillation.target_weight=1.0)
 #   multi    non-English pairs: the student's sentences also learn the teacher's embeddings of their de, es, fr, it,
 #            pt and ru translations (the multi-parallel corpora and Tatoeba's non-English pairs); it reads with the
-#            base run's vocabulary (a BPE learned on these pairs would be another lever), so base goes first
+#            base recipe's vocabulary (OUT/LANG-bpe: learn_bpe.py reads the config as train.py does, so this is the
+#            BPE the base run learns; one learned on these pairs would be another lever)
+#   multi-size  multi with a 2-layer student
 #   dropout  more dropout against over-fitting (model.dropout=0.3; these runs see their data 30 times)
 # Two runs at a time, one thread each (a 2-core machine); every launch stops after MINUTES (default 60, data and
 # teacher targets included) and running the script again continues each run where it stopped (--resume), so a run
@@ -20,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LANG_CODE="${1:?the language code of the data, e.g. eu}"
 OUT="${2:-runs/levers}"
-LEVERS="${3:-base size both multi dropout}"
+LEVERS="${3:-base size both multi multi-size dropout}"
 MINUTES="${MINUTES:-60}"
 STEPS="${STEPS:-3000}"
 PARALLEL="${PARALLEL:-2}"
@@ -42,9 +44,10 @@ lever_args() {
         base) ;;
         size) echo "--set model.num_layers=2" ;;
         both) echo "--set distillation.target_weight=1.0" ;;
-        multi) echo "--set data.target_languages=[en,de,es,fr,it,pt,ru] --set tokenizer.path=$OUT/$LANG_CODE-base/tokenizer" ;;
+        multi) echo "--set data.target_languages=[en,de,es,fr,it,pt,ru] --set tokenizer.path=$OUT/$LANG_CODE-bpe" ;;
+        multi-size) echo "$(lever_args multi) --set model.num_layers=2" ;;
         dropout) echo "--set model.dropout=0.3" ;;
-        *) echo "unknown lever $1 (base size both multi dropout)" >&2; exit 2 ;;
+        *) echo "unknown lever $1 (base size both multi multi-size dropout)" >&2; exit 2 ;;
     esac
 }
 
@@ -54,9 +57,6 @@ run_lever() {
     last=$(ls "$run/checkpoints" 2>/dev/null | sort | tail -1 || true)
     if [ "$last" = "$(printf 'step-%08d' "$STEPS")" ]; then echo "== $run: finished ($last)"; return; fi
     [ -n "$last" ] && resume="--resume"
-    if [ "$1" = multi ] && [ ! -f "$OUT/$LANG_CODE-base/tokenizer/vocab.json" ]; then
-        echo "== $run: needs the base run's vocabulary ($OUT/$LANG_CODE-base/tokenizer): run base first" >&2; return 1
-    fi
     mkdir -p "$OUT"
     # shellcheck disable=SC2046  # (the lever's arguments are words)
     OMP_NUM_THREADS=1 "$PYTHON" training/train.py --config training/configs/distill-tam.yaml --output-dir "$run" \
@@ -68,14 +68,17 @@ run_lever() {
 }
 
 for lever in $LEVERS; do lever_args "$lever" > /dev/null; done  # every name checked before anything runs
+if [[ " $LEVERS " == *" multi"* ]] && [ ! -f "$OUT/$LANG_CODE-bpe/vocab.json" ]; then
+    echo "== $OUT/$LANG_CODE-bpe: learning the base recipe's BPE (the multi levers read with it)"
+    mkdir -p "$OUT"
+    OMP_NUM_THREADS=1 "$PYTHON" training/learn_bpe.py --config training/configs/distill-tam.yaml \
+        --set "data.source_languages=[$LANG_CODE]" --set "data.corpora=[$corpora_list]" \
+        --output-dir "$OUT/$LANG_CODE-bpe" >> "$OUT/$LANG_CODE-bpe.log" 2>&1 \
+        || { echo "== $OUT/$LANG_CODE-bpe: failed, see $OUT/$LANG_CODE-bpe.log" >&2; exit 1; }
+fi
 status=0
 for lever in $LEVERS; do
     run_lever "$lever" &
-    if [ "$lever" = base ]; then  # its vocabulary is learned in its first minutes; multi reads with it
-        base_pid=$!
-        while [ ! -f "$OUT/$LANG_CODE-base/tokenizer/vocab.json" ] && kill -0 "$base_pid" 2>/dev/null; do sleep 5; done
-        sleep 5  # (the rest of its files, written just after)
-    fi
     while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || status=1; done
 done
 while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || status=1; done
