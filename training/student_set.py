@@ -215,11 +215,13 @@ def trained(run: Path) -> str:
 
     best = min((r for r in read_metrics(run) if "valid_error" in r), key=lambda r: r["valid_error"])
     config = yaml.safe_load((run / "config.yaml").read_text())
-    return (f"`{run.name}`: `training/train.py`, objective distillation, {len(config['data']['source_languages'])} "
-            f"source languages, targets {', '.join(config['data']['target_languages'])}; exported at step "
-            f"{best['step']:,} (FLORES-200 mean over its languages {best['valid_error']:.2f} %, after "
-            f"{best.get('minutes', 0):.0f} minutes of training, all launches together); its training config, as its "
-            f"last launch had it: `{run.name}/training_config.yaml`.")
+    sources = config["data"]["source_languages"]
+    what, error = ((f"source language {sources[0]}", "FLORES-200 error") if len(sources) == 1
+                   else (f"{len(sources)} source languages", "FLORES-200 mean over its languages"))
+    return (f"`{run.name}`: `training/train.py`, objective distillation, {what}, targets "
+            f"{', '.join(config['data']['target_languages'])}; exported at step {best['step']:,} ({error} "
+            f"{best['valid_error']:.2f} %, after {best.get('minutes', 0):.0f} minutes of training, all launches "
+            f"together); its training config, as its last launch had it: `{run.name}/training_config.yaml`.")
 
 
 def card(out: Path, teacher: Path, chosen: dict, selection: str, command: str) -> str:
