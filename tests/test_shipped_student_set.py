@@ -79,3 +79,20 @@ def test_a_routed_language_finds_its_translations_better_than_laser_mini(selecti
     alone = model_flores_errors(LaserEncoder.from_pretrained(hf_laser.DEFAULT_MODEL), FLORES, [lang, "en"], ["en"],
                                 max_sentences=300)[lang]
     assert through_set < alone - 2, (lang, through_set, alone)
+
+
+def test_the_readme_and_the_docs_give_the_sizes_the_set_has():
+    """README and docs/laser-mini.md state the set's size beside laser-mini's: they must follow a re-shipped set."""
+    import re
+
+    def megabytes(folder: Path) -> int:
+        return round(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6)
+
+    students, mini = megabytes(Path(LASER_MINI_SET)), megabytes(Path(hf_laser.DEFAULT_MODEL))
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"(\d+) MB more, (\d+) MB in all\)", readme)
+    assert stated and (int(stated[1]), int(stated[2])) == (students, students + mini), (stated, students, mini)
+    page = (repo / "docs" / "laser-mini.md").read_text(encoding="utf-8")
+    stated = re.search(r"LASER_MINI_SET`, (\d+) MB beside laser-mini's\s+(\d+) MB\)", page)
+    assert stated and (int(stated[1]), int(stated[2])) == (students, mini), (stated, students, mini)

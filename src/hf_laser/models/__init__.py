@@ -6,7 +6,7 @@ original LASER models (convert those with `hf-laser convert`); it exists so that
 The directory holds weights, configuration, tokenizer files, model card and plot, no code: with the package
 installed the `laser` type is registered, and a directory for the Hub (`save_pretrained`, `hf-laser push`) gets
 its remote code from the package's sources (`hf_laser.integration_files`). `LASER_MINI_SET` (`laser-mini-set`) is
-a model set beside it: laser-mini, and a distilled student for the languages where the student beats it on
+a model set beside it: laser-mini, and distilled students for the languages where a student beats it on
 FLORES-200 by more than the test set's sampling noise (the set's README.md lists them).
 
 [`resolve_model`] gives the default when no model is named; [`looks_local`], [`check_local_dir`] and
