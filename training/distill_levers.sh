@@ -10,7 +10,8 @@
 #   multi    non-English pairs: the student's sentences also learn the teacher's embeddings of their de, es, fr, it,
 #            pt and ru translations (the multi-parallel corpora and Tatoeba's non-English pairs); it reads with the
 #            base recipe's vocabulary (OUT/LANG-bpe: learn_bpe.py reads the config as train.py does, so this is the
-#            BPE the base run learns; one learned on these pairs would be another lever)
+#            BPE the base run learns: on Welsh, 2026-11-29, the same codes and vocabulary byte for byte; learned again
+#            when the corpora change; one learned on these pairs would be another lever)
 #   multi-size  multi with a 2-layer student
 #   dropout  more dropout against over-fitting (model.dropout=0.3; these runs see their data 30 times)
 # Two runs at a time, one thread each (a 2-core machine); every launch stops after MINUTES (default 60, data and
@@ -68,13 +69,16 @@ run_lever() {
 }
 
 for lever in $LEVERS; do lever_args "$lever" > /dev/null; done  # every name checked before anything runs
-if [[ " $LEVERS " == *" multi"* ]] && [ ! -f "$OUT/$LANG_CODE-bpe/vocab.json" ]; then
-    echo "== $OUT/$LANG_CODE-bpe: learning the base recipe's BPE (the multi levers read with it)"
-    mkdir -p "$OUT"
+bpe="$OUT/$LANG_CODE-bpe"
+bpe_args="--set data.source_languages=[$LANG_CODE] --set data.corpora=[$corpora_list]"
+# (a kept BPE is reused only if learned from the same corpora; a run resumed on another reads its own OUT/tokenizer)
+if [[ " $LEVERS " == *" multi"* ]] && [ "$(cat "$bpe/learned_with" 2>/dev/null)" != "$bpe_args" ]; then
+    echo "== $bpe: learning the base recipe's BPE (the multi levers read with it)"
+    rm -rf "$bpe" && mkdir -p "$OUT"
     OMP_NUM_THREADS=1 "$PYTHON" training/learn_bpe.py --config training/configs/distill-tam.yaml \
         --set "data.source_languages=[$LANG_CODE]" --set "data.corpora=[$corpora_list]" \
-        --output-dir "$OUT/$LANG_CODE-bpe" >> "$OUT/$LANG_CODE-bpe.log" 2>&1 \
-        || { echo "== $OUT/$LANG_CODE-bpe: failed, see $OUT/$LANG_CODE-bpe.log" >&2; exit 1; }
+        --output-dir "$bpe" >> "$bpe.log" 2>&1 || { echo "== $bpe: failed, see $bpe.log" >&2; exit 1; }
+    echo "$bpe_args" > "$bpe/learned_with"
 fi
 status=0
 for lever in $LEVERS; do

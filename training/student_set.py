@@ -11,10 +11,10 @@ run's validation measures (nearest neighbour by cosine, xx→en and en→xx, ave
 the language goes to the student with the lowest error if its gain over the teacher is beyond FLORES' sampling
 noise (a paired bootstrap over the sentences, `evaluation.significance`: the one-sided `--confidence` lower bound of
 the gain above 0), else stays with the teacher. A language without FLORES data (Breton) has nothing to choose on
-and stays with the teacher: the selection table says so. The set directory gets `laser_model_set.json` (the teacher by relative path as its default), a copy of
-each chosen student (`--half`: float16 weights, computed in float32, as laser-mini ships; with its run's config as
-`training_config.yaml`), `selection.json`, and
-`README.md`, the set's card with the selection table. With `--tatoeba-dir`, every Tatoeba v1 language is evaluated
+and stays with the teacher: the selection table says so. The set directory gets `laser_model_set.json` (the
+teacher by relative path as its default), a copy of each chosen student (`--half`: float16 weights, computed in
+float32, as laser-mini ships; with its run's config as `training_config.yaml`), `selection.json`, and `README.md`,
+the set's card with the selection table. With `--tatoeba-dir`, every Tatoeba v1 language is evaluated
 through the set and with the teacher alone (a language the set routes to the teacher is that very model, so it is
 embedded once and the figure is shared), and the means over all languages are written beside the selection.
 """
@@ -204,8 +204,8 @@ def markdown(teacher: Path, flores: dict, chosen: dict, tatoeba: dict | None) ->
                      f"{s['xx2en_error']:.2f} / {s['en2xx_error']:.2f} |")
         worse = [lang for lang, member in tatoeba["member"].items() if member != "default" and any(
             tatoeba["set"][lang][k] > tatoeba["teacher"][lang][k] for k in ("xx2en_error", "en2xx_error"))]
-        lines += ["", f"Worse on Tatoeba v1 than the teacher alone in at least one direction: {', '.join(worse)}." if worse
-                  else "No routed language is worse on Tatoeba v1 than the teacher alone."]
+        lines += ["", f"Worse on Tatoeba v1 than the teacher alone in at least one direction: {', '.join(worse)}."
+                  if worse else "No routed language is worse on Tatoeba v1 than the teacher alone."]
     return "\n".join(lines) + "\n"
 
 
