@@ -184,6 +184,8 @@ def test_wheel_contains_the_default_model(tmp_path):
               for p in Path(LASER_MINI_SET).rglob("*") if p.is_file()}
     assert in_set and in_set <= names, sorted(in_set - names)
     assert "hf_laser/models/__init__.py" in names
+    # PyPI refuses a file over 100 MB unless the project is granted more (the models are most of the wheel)
+    assert wheel.stat().st_size < 100e6, f"{wheel.name}: {wheel.stat().st_size / 1e6:.1f} MB"
 
     # installed from the wheel (not editable) into a venv with hf_laser's dependencies and nothing of this checkout,
     # the default model loads offline, from the installed package, and embeds exactly as here

@@ -230,3 +230,37 @@ def test_a_student_set_routes_a_language_to_the_student_only_where_flores_says_i
     assert [chosen[k]["student"] for k in "abcde"] == ["r2", None, None, None, None]
     assert "no FLORES-200 data" in chosen["d"]["why"] and "no gain beyond noise" in chosen["e"]["why"]
     assert report["flores"]["wo"]["significance"][str(runs / "student")]["lower"] > 0
+
+    # a budget too small for any student: the set written again over this one is the teacher alone, and the
+    # student's copy of the set it replaces is gone (a stale member would ship in the wheel unrouted)
+    assert (out / "student").is_dir()
+    assert main(["--teacher", str(teacher), "--student", str(runs / "student"), "--out", str(out), "--half",
+                 "--max-megabytes", "0.01"]) == 0
+    report = json.loads((out / "selection.json").read_text())
+    assert report["chosen"]["wo"]["student"] is None and "left out for the 0.01 MB budget" in report["chosen"]["wo"]["why"]
+    assert report["sizes"][str(runs / "student")] > 0.01e6 and not (out / "student").exists()
+    assert LaserEncoder.from_pretrained(out).route("wo") == "default"
+
+
+def test_a_size_budget_leaves_out_the_student_that_costs_the_fewest_flores_points_per_byte():
+    from training.student_set import choose  # noqa: PLC0415
+
+    def row(teacher, **students):
+        return {"teacher": teacher, "students": students,
+                "significance": {run: {"lower": teacher - error - 1, "confidence": 0.95} for run, error in students.items()}}
+    runs = {"multi": ["a", "b", "c"], "own-a": ["a"], "own-b": ["b"]}
+    flores = {"a": row(40.0, multi=30.0, **{"own-a": 20.0}), "b": row(50.0, multi=35.0, **{"own-b": 33.0}),
+              "c": row(30.0, multi=20.0)}
+    sizes = {"multi": 24e6, "own-a": 10e6, "own-b": 10e6}
+    def routes(budget):
+        chosen = choose(runs, flores, sizes=sizes, budget=budget)
+        return [chosen[lang]["student"] for lang in "abc"], chosen
+    assert routes(None)[0] == ["own-a", "own-b", "multi"] == routes(44e6)[0]  # 44 MB: all fit
+    # over 35 MB: own-b's removal costs 2 points (b: 33 -> 35 through multi) for 10 MB, own-a's 10 for 10 MB,
+    # multi's 10 (c: 20 -> the teacher's 30; a and b keep their own) for 24 MB
+    got, chosen = routes(35e6)
+    assert got == ["own-a", "multi", "multi"]
+    assert "own-b left out for the 35 MB budget" in chosen["b"]["why"] and "left out" not in chosen["a"]["why"]
+    # 25 MB: then own-a (10 points / 10 MB) goes before multi (b 15 + c 10 points / 24 MB)
+    assert routes(25e6)[0] == ["multi", "multi", "multi"]
+    assert routes(20e6)[0] == [None, None, None]

@@ -34,7 +34,7 @@ def student_languages(selection) -> list[str]:
 
 
 def test_the_set_is_laser_mini_and_the_students_its_selection_chose(selection, shipped_set):
-    from training.student_set import student_key
+    from training.student_set import choose, student_key
 
     default, students = read_model_set(LASER_MINI_SET)
     assert default.resolve() == Path(hf_laser.DEFAULT_MODEL).resolve()
@@ -42,16 +42,27 @@ def test_the_set_is_laser_mini_and_the_students_its_selection_chose(selection, s
     assert chosen and sorted(students) == sorted(student_key(lang) for lang in chosen)
     for lang, row in selection["chosen"].items():
         assert shipped_set.route(lang) == (student_key(lang) if row["student"] else "default"), lang
-        if lang in selection["flores"]:  # routed on FLORES exactly where the gain's bootstrap bound is above 0
-            flores = selection["flores"][lang]
-            best = min(flores["students"], key=flores["students"].get)
-            assert bool(row["student"]) == (flores["significance"][best]["lower"] > 0), (lang, flores)
-            if row["student"]:
-                assert flores["students"][best] < flores["teacher"]
+    # routed on FLORES by student_set.choose's rule (the lowest error whose gain's bootstrap bound is above 0,
+    # within the set's size budget): replayed on the recorded measurements, it gives the shipped routes
+    runs = {}
+    for lang, row in selection["flores"].items():
+        for run in row["students"]:
+            runs.setdefault(run, []).append(lang)
+    budget = selection.get("max_megabytes")
+    replay = choose(runs, selection["flores"], sizes=selection.get("sizes"), budget=budget and budget * 1e6)
+    for lang, flores in selection["flores"].items():
+        student = selection["chosen"][lang]["student"]
+        assert replay[lang]["student"] == student, (lang, replay[lang], selection["chosen"][lang])
+        if student:
+            assert flores["students"][student] < flores["teacher"] and flores["significance"][student]["lower"] > 0
+    if budget:
+        assert sum(selection["sizes"][run] for run in {row["student"] for row in replay.values()} - {None}) <= budget * 1e6
     # the card names every routed language, and the set holds weights and tokenizer files, no code
     card = (Path(LASER_MINI_SET) / "README.md").read_text(encoding="utf-8")
     assert all(f"| {lang} | {student_key(lang)} |" in card for lang in chosen)
     assert not list(Path(LASER_MINI_SET).rglob("*.py"))
+    # no directory but the members' (a stale student would ship in the wheel, routed from nowhere)
+    assert {p.resolve() for p in Path(LASER_MINI_SET).iterdir() if p.is_dir()} == {p.resolve() for p in students.values()}
 
 
 def test_each_language_is_embedded_by_the_model_the_card_names(selection, shipped_set):

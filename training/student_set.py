@@ -17,6 +17,9 @@ float32, as laser-mini ships; with its run's config as `training_config.yaml`), 
 the set's card with the selection table. With `--tatoeba-dir`, every Tatoeba v1 language is evaluated
 through the set and with the teacher alone (a language the set routes to the teacher is that very model, so it is
 embedded once and the figure is shared), and the means over all languages are written beside the selection.
+`--max-megabytes N` bounds the students' copies together (a set that ships inside the package's wheel): while the
+chosen ones exceed it, the student whose removal costs the fewest FLORES points per megabyte is left out and its
+languages are routed again by the same rule among the others (still chosen on FLORES alone).
 """
 
 from __future__ import annotations
@@ -105,18 +108,19 @@ def measure_flores(teacher: Path, runs: dict[Path, list[str]], folder: Path, *, 
     return table
 
 
-def choose(runs: dict[Path, list[str]], flores: dict) -> dict[str, dict]:
-    """`{lang: {"student": run or None, "why": ...}}` for every candidate language: the student with the lowest FLORES
-    error when its gain over the teacher is beyond FLORES' sampling noise (the paired bootstrap's one-sided lower
-    bound above 0: a gain of a few sentences out of 1,012 routes nothing); the teacher where it is not, or where
-    there is no FLORES data."""
+def _route(runs: dict[Path, list[str]], flores: dict, allowed: set) -> dict[str, dict]:
+    """The rule without a budget, among the `allowed` runs only."""
     out = {}
     for lang in sorted({lang for langs in runs.values() for lang in langs}):
         row = flores.get(lang)
         if row is None or row["teacher"] is None or not row["students"]:
             out[lang] = {"student": None, "why": "no FLORES-200 data to choose on: stays with the teacher"}
             continue
-        run, error = min(row["students"].items(), key=lambda item: item[1])
+        errors = {run: error for run, error in row["students"].items() if run in allowed}
+        if not errors:
+            out[lang] = {"student": None, "why": f"stays with the teacher (FLORES {row['teacher']:.2f} %)"}
+            continue
+        run, error = min(errors.items(), key=lambda item: item[1])
         test = row["significance"][run]
         bound = f"{test['confidence']:.0%} lower bound of the gain {test['lower']:+.2f}"
         if test["lower"] > 0:
@@ -127,24 +131,87 @@ def choose(runs: dict[Path, list[str]], flores: dict) -> dict[str, dict]:
     return out
 
 
+def flores_error(flores: dict, lang: str, student: str | None) -> float:
+    row = flores[lang]
+    return row["students"][student] if student else row["teacher"]
+
+
+def choose(runs: dict[Path, list[str]], flores: dict, *, sizes: dict | None = None,
+           budget: float | None = None) -> dict[str, dict]:
+    """`{lang: {"student": run or None, "why": ...}}` for every candidate language: the student with the lowest FLORES
+    error when its gain over the teacher is beyond FLORES' sampling noise (the paired bootstrap's one-sided lower
+    bound above 0: a gain of a few sentences out of 1,012 routes nothing); the teacher where it is not, or where
+    there is no FLORES data.
+
+    With a `budget` (bytes) and the `sizes` of the runs' copies, while the chosen students together exceed it, the
+    student whose removal costs the fewest FLORES points per byte (summed over its languages, each then routed by
+    the same rule among the students left) is left out; each of its languages says so."""
+    allowed = {str(run) for run in runs}
+    chosen, dropped = _route(runs, flores, allowed), []
+    def used(rows):
+        return {row["student"] for row in rows.values() if row["student"]}
+    while budget is not None and sum(sizes[run] for run in used(chosen)) > budget:
+        costs = {}
+        for run in used(chosen):
+            without = _route(runs, flores, allowed - {run})
+            points = sum(flores_error(flores, lang, without[lang]["student"]) - flores_error(flores, lang, row["student"])
+                         for lang, row in chosen.items() if row["student"] == run)
+            costs[run] = (points / sizes[run], points)
+        run = min(costs, key=lambda r: costs[r][0])
+        allowed.discard(run)
+        dropped.append((run, costs[run][1]))
+        chosen = _route(runs, flores, allowed)
+    for run, points in dropped:
+        note = (f"; {Path(run).name} left out for the {budget / 1e6:g} MB budget ({sizes[run] / 1e6:.1f} MB; "
+                f"{points:.2f} FLORES points over its languages)")
+        for lang, row in chosen.items():
+            if run in flores.get(lang, {}).get("students", {}):
+                row["why"] += note
+    return chosen
+
+
+def copy_student(run: Path, dest: Path, *, half: bool) -> None:
+    """The set's copy of a run's exported student (`--half`: float16 weights) with its run's config."""
+    from training.export_default_model import save_half
+
+    if dest.exists():
+        shutil.rmtree(dest)
+    if half:
+        dest.mkdir(parents=True)
+        save_half(run, dest)
+    else:
+        shutil.copytree(run / "final", dest)
+    shutil.copy(run / "config.yaml", dest / "training_config.yaml")  # how it was made
+
+
+def copy_sizes(runs, *, half: bool) -> dict[str, int]:
+    """`{run: bytes of its copy in a set}`, measured by writing each copy into a temporary folder."""
+    import tempfile
+
+    sizes = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for run in runs:
+            dest = Path(scratch) / Path(run).name
+            copy_student(Path(run), dest, half=half)
+            sizes[str(run)] = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+    return sizes
+
+
 def write_set(out: Path, teacher: Path, chosen: dict[str, dict], *, half: bool) -> dict[str, Path]:
     """Copies the chosen students into `out` (one directory per run, named by the run) and writes the set file;
     returns `{set key: student directory}`."""
-    from hf_laser.model_set import write_model_set
-    from training.export_default_model import save_half
+    from hf_laser.model_set import SET_FILE, read_model_set, write_model_set
 
+    runs = {Path(row["student"]).name for row in chosen.values() if row["student"]}
+    if (out / SET_FILE).is_file():  # a member of the set this one replaces that is no member now goes with it
+        for old in sorted(set(read_model_set(out)[1].values())):
+            if old.parent.resolve() == out.resolve() and old.name not in runs and old.is_dir():
+                print(f"student_set: removing {old} (a student of the set it replaces, not of this one)")
+                shutil.rmtree(old)
     copies: dict[str, Path] = {}
     for run in sorted({row["student"] for row in chosen.values() if row["student"]}):
-        dest = out / Path(run).name
-        if dest.exists():
-            shutil.rmtree(dest)
-        if half:
-            dest.mkdir(parents=True)
-            save_half(Path(run), dest)
-        else:
-            shutil.copytree(Path(run) / "final", dest)
-        shutil.copy(Path(run) / "config.yaml", dest / "training_config.yaml")  # how it was made
-        copies[run] = dest
+        copies[run] = out / Path(run).name
+        copy_student(Path(run), copies[run], half=half)
     students = {student_key(lang): copies[row["student"]] for lang, row in chosen.items() if row["student"]}
     write_model_set(out, default=teacher, students=students)
     return students
@@ -270,6 +337,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-dir", type=Path, help="the evaluation cache of the Tatoeba embeddings (default: "
                                                        "evaluation.cache's)")
     parser.add_argument("--no-cache", action="store_true", help="embed Tatoeba again, keep nothing")
+    parser.add_argument("--max-megabytes", type=float,
+                        help="the most the students' copies may take together (MB): over it, the student whose "
+                             "removal costs the fewest FLORES points per MB is left out, until the set fits")
     parser.add_argument("--confidence", type=float, default=CONFIDENCE,
                         help="route a language to a student only where the paired bootstrap's one-sided lower bound "
                              f"of its FLORES gain at this confidence is above 0 (default {CONFIDENCE})")
@@ -278,13 +348,14 @@ def main(argv=None) -> int:
         parser.error(f"--teacher {args.teacher} is not a model directory (no config.json)")
     runs = student_runs(args.student)
     flores = measure_flores(args.teacher, runs, flores_folder(list(runs)), confidence=args.confidence)
-    chosen = choose(runs, flores)
+    sizes = copy_sizes(runs, half=args.half) if args.max_megabytes is not None else None
+    chosen = choose(runs, flores, sizes=sizes, budget=None if sizes is None else args.max_megabytes * 1e6)
     args.out.mkdir(parents=True, exist_ok=True)
     write_set(args.out, args.teacher, chosen, half=args.half)
     tatoeba = tatoeba_through_set(args.out, args.teacher, args.tatoeba_dir, args.cache_dir,
                                   not args.no_cache) if args.tatoeba_dir else None
     report = {"teacher": str(args.teacher), "students": [str(r) for r in runs], "flores": flores, "chosen": chosen,
-              "tatoeba": tatoeba}
+              "max_megabytes": args.max_megabytes, "sizes": sizes, "tatoeba": tatoeba}
     (args.out / "selection.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     text = markdown(args.teacher, flores, chosen, tatoeba)
     command = "python training/student_set.py " + " ".join(sys.argv[1:] if argv is None else argv)
