@@ -242,7 +242,7 @@ def test_a_student_set_routes_a_language_to_the_student_only_where_flores_says_i
     assert LaserEncoder.from_pretrained(out).route("wo") == "default"
 
 
-def test_a_size_budget_leaves_out_the_student_that_costs_the_fewest_flores_points_per_byte():
+def test_a_size_budget_keeps_the_students_that_fit_with_the_lowest_flores_error():
     from training.student_set import choose  # noqa: PLC0415
 
     def row(teacher, **students):
@@ -252,15 +252,19 @@ def test_a_size_budget_leaves_out_the_student_that_costs_the_fewest_flores_point
     flores = {"a": row(40.0, multi=30.0, **{"own-a": 20.0}), "b": row(50.0, multi=35.0, **{"own-b": 33.0}),
               "c": row(30.0, multi=20.0)}
     sizes = {"multi": 24e6, "own-a": 10e6, "own-b": 10e6}
-    def routes(budget):
+    def routes(budget, runs=runs, flores=flores, sizes=sizes):
         chosen = choose(runs, flores, sizes=sizes, budget=budget)
-        return [chosen[lang]["student"] for lang in "abc"], chosen
+        return [chosen[lang]["student"] for lang in sorted(chosen)], chosen
     assert routes(None)[0] == ["own-a", "own-b", "multi"] == routes(44e6)[0]  # 44 MB: all fit
-    # over 35 MB: own-b's removal costs 2 points (b: 33 -> 35 through multi) for 10 MB, own-a's 10 for 10 MB,
-    # multi's 10 (c: 20 -> the teacher's 30; a and b keep their own) for 24 MB
+    # 35 MB: multi + own-a (a 20, b 35, c 20: 75 points) beats multi + own-b (83) and own-a + own-b (83)
     got, chosen = routes(35e6)
     assert got == ["own-a", "multi", "multi"]
-    assert "own-b left out for the 35 MB budget" in chosen["b"]["why"] and "left out" not in chosen["a"]["why"]
-    # 25 MB: then own-a (10 points / 10 MB) goes before multi (b 15 + c 10 points / 24 MB)
-    assert routes(25e6)[0] == ["multi", "multi", "multi"]
-    assert routes(20e6)[0] == [None, None, None]
+    assert "own-b (FLORES 33.00 %) left out for the 35 MB budget (10.0 MB)" in chosen["b"]["why"]
+    assert "left out" not in chosen["a"]["why"] + chosen["c"]["why"]
+    # 25 MB: the two small ones (20 + 33 + the teacher's 30 on c = 83) beat multi alone (85)
+    assert routes(25e6)[0] == ["own-a", "own-b", None]
+    assert routes(15e6)[0] == ["own-a", None, None] and routes(5e6)[0] == [None, None, None]
+    # two students of one language (Welsh's, English targets or not): leaving out the better one frees nothing while
+    # the other takes its language, so under a budget for one student the better one stays
+    two = {"a": row(30.0, x=11.3, y=12.0), "b": row(40.0, m=30.0)}
+    assert routes(19.9e6, {"x": ["a"], "y": ["a"], "m": ["b"]}, two, {"x": 10e6, "y": 10e6, "m": 10e6})[0] == ["x", None]

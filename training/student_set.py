@@ -18,8 +18,8 @@ the set's card with the selection table. With `--tatoeba-dir`, every Tatoeba v1 
 through the set and with the teacher alone (a language the set routes to the teacher is that very model, so it is
 embedded once and the figure is shared), and the means over all languages are written beside the selection.
 `--max-megabytes N` bounds the students' copies together (a set that ships inside the package's wheel): while the
-chosen ones exceed it, the student whose removal costs the fewest FLORES points per megabyte is left out and its
-languages are routed again by the same rule among the others (still chosen on FLORES alone).
+chosen ones exceed it, the routing is that of the subset of students whose chosen ones fit with the lowest FLORES
+error summed over the languages (every subset is tried; still chosen on FLORES alone).
 """
 
 from __future__ import annotations
@@ -136,6 +136,10 @@ def flores_error(flores: dict, lang: str, student: str | None) -> float:
     return row["students"][student] if student else row["teacher"]
 
 
+# the most candidate students a size budget chooses among (every subset is tried: 2 ** 16 routings)
+MAX_BUDGET_CANDIDATES = 16
+
+
 def choose(runs: dict[Path, list[str]], flores: dict, *, sizes: dict | None = None,
            budget: float | None = None) -> dict[str, dict]:
     """`{lang: {"student": run or None, "why": ...}}` for every candidate language: the student with the lowest FLORES
@@ -143,31 +147,40 @@ def choose(runs: dict[Path, list[str]], flores: dict, *, sizes: dict | None = No
     bound above 0: a gain of a few sentences out of 1,012 routes nothing); the teacher where it is not, or where
     there is no FLORES data.
 
-    With a `budget` (bytes) and the `sizes` of the runs' copies, while the chosen students together exceed it, the
-    student whose removal costs the fewest FLORES points per byte (summed over its languages, each then routed by
-    the same rule among the students left) is left out; each of its languages says so."""
-    allowed = {str(run) for run in runs}
-    chosen, dropped = _route(runs, flores, allowed), []
+    With a `budget` (bytes) and the `sizes` of the runs' copies, when the students so chosen exceed it, the routing
+    is that of the subset of students, among every subset whose chosen students fit, with the lowest FLORES error
+    summed over the languages (ties: the smaller set); a language whose student was left out says so."""
+    everyone = {str(run) for run in runs}
+    chosen = _route(runs, flores, everyone)
     def used(rows):
         return {row["student"] for row in rows.values() if row["student"]}
-    while budget is not None and sum(sizes[run] for run in used(chosen)) > budget:
-        costs = {}
-        for run in used(chosen):
-            without = _route(runs, flores, allowed - {run})
-            points = sum(flores_error(flores, lang, without[lang]["student"]) - flores_error(flores, lang, row["student"])
-                         for lang, row in chosen.items() if row["student"] == run)
-            costs[run] = (points / sizes[run], points)
-        run = min(costs, key=lambda r: costs[r][0])
-        allowed.discard(run)
-        dropped.append((run, costs[run][1]))
-        chosen = _route(runs, flores, allowed)
-    for run, points in dropped:
-        note = (f"; {Path(run).name} left out for the {budget / 1e6:g} MB budget ({sizes[run] / 1e6:.1f} MB; "
-                f"{points:.2f} FLORES points over its languages)")
-        for lang, row in chosen.items():
-            if run in flores.get(lang, {}).get("students", {}):
-                row["why"] += note
-    return chosen
+    def size(rows):
+        return sum(sizes[run] for run in used(rows))
+    if budget is None or size(chosen) <= budget:
+        return chosen
+    if len(everyone) > MAX_BUDGET_CANDIDATES:
+        raise ValueError(f"a size budget chooses among at most {MAX_BUDGET_CANDIDATES} students (every subset is "
+                         f"tried), not {len(everyone)}: pass fewer --student runs")
+    from itertools import combinations
+
+    def total(rows):
+        return sum(flores_error(flores, lang, row["student"]) for lang, row in rows.items() if lang in flores
+                   and flores[lang]["teacher"] is not None)
+    best = None
+    for k in range(len(everyone) + 1):
+        for subset in combinations(sorted(everyone), k):
+            rows = _route(runs, flores, set(subset))
+            if size(rows) <= budget:
+                key = (round(total(rows), 6), size(rows))
+                if best is None or key < best[0]:
+                    best = (key, rows)
+    within = best[1]
+    for run in sorted(used(chosen) - used(within)):
+        for lang, row in within.items():
+            if chosen[lang]["student"] == run:
+                row["why"] += (f"; {Path(run).name} (FLORES {flores_error(flores, lang, run):.2f} %) left out for the "
+                               f"{budget / 1e6:g} MB budget ({sizes[run] / 1e6:.1f} MB)")
+    return within
 
 
 def copy_student(run: Path, dest: Path, *, half: bool) -> None:
@@ -250,7 +263,8 @@ def markdown(teacher: Path, flores: dict, chosen: dict, tatoeba: dict | None) ->
              "| language | set key | encoder | FLORES teacher | FLORES student | why |", "|---|---|---|---|---|---|"]
     for lang, row in chosen.items():
         f = flores.get(lang, {})
-        best = min(f.get("students", {}).values(), default=None)
+        best = (f["students"][row["student"]] if row["student"]
+                else min(f.get("students", {}).values(), default=None))
         lines.append(f"| {lang} | {student_key(lang)} | {Path(row['student']).name if row['student'] else 'teacher'} "
                      f"| {f.get('teacher', '')} | {'' if best is None else best} | {row['why']} |")
     tests = [test for f in flores.values() for test in f.get("significance", {}).values()]
@@ -338,8 +352,8 @@ def main(argv=None) -> int:
                                                        "evaluation.cache's)")
     parser.add_argument("--no-cache", action="store_true", help="embed Tatoeba again, keep nothing")
     parser.add_argument("--max-megabytes", type=float,
-                        help="the most the students' copies may take together (MB): over it, the student whose "
-                             "removal costs the fewest FLORES points per MB is left out, until the set fits")
+                        help="the most the students' copies may take together (MB): over it, the subset of "
+                             "students that fits with the lowest FLORES error summed over the languages is chosen")
     parser.add_argument("--confidence", type=float, default=CONFIDENCE,
                         help="route a language to a student only where the paired bootstrap's one-sided lower bound "
                              f"of its FLORES gain at this confidence is above 0 (default {CONFIDENCE})")
