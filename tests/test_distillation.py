@@ -107,6 +107,36 @@ def test_resumed_distillation_ends_where_an_uninterrupted_run_ends(cipher_setup,
     assert c.keys() == d.keys() and any(not (c[k] == d[k]).all() for k in c)
 
 
+def test_a_transformer_student_learns_the_teachers_space(cipher_setup, cipher_run, tmp_path):  # noqa: F811
+    """Item 1's other student: LASER3's transformer encoder (`model.encoder_type: transformer`, its sentence the
+    max-pool of its last layer, `model.embed_dim` the teacher's dimension); one of another size is refused before a
+    teacher target is computed."""
+    from hf_laser import LaserEncoder  # noqa: PLC0415
+
+    root = wolof_cipher(cipher_setup[0], tmp_path / "data")
+    teacher = cipher_run[0] / "final"
+    path = distillation_config(root, teacher, tmp_path / "cache", steps=150, learning_rate=0.001)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["model"] = {"encoder_type": "transformer", "embed_dim": 64, "ffn_dim": 128, "attention_heads": 4,
+                    "num_layers": 2, "dropout": 0.1}
+    path.write_text(yaml.safe_dump(cfg))
+    run_train(path, tmp_path / "student")
+    errors = [r["valid_error"] for r in metrics(tmp_path / "student") if "valid_error" in r]
+    assert errors[0] > 80 and min(errors) < 40, errors
+    student = LaserEncoder.from_pretrained(tmp_path / "student" / "final")
+    assert student.model.config.encoder_type == "transformer" and student.model.config.language == "wol_Latn"
+    lines = (root / "valid" / "wo.txt").read_text().splitlines()[:5]
+    assert student.encode(lines, lang="wo").shape == (5, 64)
+
+    cfg["model"]["embed_dim"] = 48
+    path.write_text(yaml.safe_dump(cfg))
+    proc, log = run_train(path, tmp_path / "wrong-size", wait=False)
+    assert proc.wait(timeout=600) != 0
+    text = log.read_text()
+    assert "the student's embedding (model.embed_dim = 48) must have the teacher's dimension 64" in text, text[-2000:]
+    assert "teacher targets" not in text
+
+
 def test_the_teachers_vocabulary_and_weights_as_the_students_start(cipher_setup, cipher_run, tmp_path):  # noqa: F811
     """The config switch between the student's own vocabulary (learned on its language, above) and the teacher's:
     `tokenizer.path` = the teacher and `training.init_from` = the teacher. The student then reads with the teacher's

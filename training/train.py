@@ -88,6 +88,10 @@ DEFAULTS = {
         "embed_dim": 320, "hidden_size": 512, "num_layers": 5, "dropout": 0.1,
         "decoder_embed_dim": 320, "decoder_hidden_size": 2048, "decoder_num_layers": 1, "lang_embed_dim": 32,
         "init_range": 0.1,
+        # a transformer encoder instead (LASER3's students; distillation): its sentence is `embed_dim` wide
+        "encoder_type": "bilstm", "attention_heads": 16, "ffn_dim": 4096, "normalize_before": False,
+        "layernorm_embedding": False, "final_layer_norm": False, "attention_dropout": 0.0, "activation_dropout": 0.0,
+        "pooling": "max", "prepend_bos": False, "max_positions": 1024,
     },
     "batching": {
         "max_tokens": 8000,              # per process and micro-batch, padded, on each side
@@ -704,9 +708,12 @@ def main(argv=None) -> int:
         + (f"; extra validation sets: {sorted(extra_valid)}" if extra_valid else ""))
 
     if tr["objective"] == "distillation":
-        if 2 * cfg["model"]["hidden_size"] != teacher.dim:  # (a bidirectional BiLSTM's max-pool)
-            raise ValueError(f"the student's embedding (2 x model.hidden_size = {2 * cfg['model']['hidden_size']}) "
-                             f"must have the teacher's dimension {teacher.dim}")
+        # (2 x hidden_size for a BiLSTM student, embed_dim for a transformer: `model.encoder_type: transformer`)
+        student_dim = LaserConfig(**cfg["model"]).embedding_dim
+        if student_dim != teacher.dim:
+            what = "model.embed_dim" if cfg["model"].get("encoder_type") == "transformer" else "2 x model.hidden_size"
+            raise ValueError(f"the student's embedding ({what} = {student_dim}) must have the teacher's dimension "
+                             f"{teacher.dim}")
         with accelerator.main_process_first():  # one process computes the targets, the others reuse them
             targets_of_teacher = TeacherTargets.prepare(
                 data, cfg["data"], teacher, Path(cfg["distillation"]["cache_dir"] or out / "teacher"), base_dir=REPO,
