@@ -272,8 +272,8 @@ def test_a_student_set_routes_a_language_to_the_student_only_where_flores_says_i
     assert LaserEncoder.from_pretrained(out).route("wo") == "default"
 
 
-def test_a_size_budget_keeps_the_students_that_fit_with_the_lowest_flores_error():
-    from training.student_set import choose  # noqa: PLC0415
+def test_a_size_budget_keeps_the_students_that_fit_with_the_lowest_flores_error(capsys):
+    from training.student_set import choose, main  # noqa: PLC0415
 
     def row(teacher, **students):
         return {"teacher": teacher, "students": students,
@@ -294,6 +294,9 @@ def test_a_size_budget_keeps_the_students_that_fit_with_the_lowest_flores_error(
     # 25 MB: the two small ones (20 + 33 + the teacher's 30 on c = 83) beat multi alone (85)
     assert routes(25e6)[0] == ["own-a", "own-b", None]
     assert routes(15e6)[0] == ["own-a", None, None] and routes(5e6)[0] == [None, None, None]
+    with pytest.raises(SystemExit):  # a negative budget is refused before anything is measured
+        main(["--teacher", "t", "--student", "s", "--out", "o", "--max-megabytes", "-1"])
+    assert "--max-megabytes must be 0 or more" in capsys.readouterr().err
     # two students of one language (Welsh's, English targets or not): leaving out the better one frees nothing while
     # the other takes its language, so under a budget for one student the better one stays
     two = {"a": row(30.0, x=11.3, y=12.0), "b": row(40.0, m=30.0)}

@@ -358,6 +358,8 @@ def main(argv=None) -> int:
                         help="route a language to a student only where the paired bootstrap's one-sided lower bound "
                              f"of its FLORES gain at this confidence is above 0 (default {CONFIDENCE})")
     args = parser.parse_args(argv)
+    if args.max_megabytes is not None and args.max_megabytes < 0:
+        parser.error(f"--max-megabytes must be 0 or more (0: the teacher alone), not {args.max_megabytes:g}")
     if not (args.teacher / "config.json").is_file():
         parser.error(f"--teacher {args.teacher} is not a model directory (no config.json)")
     runs = student_runs(args.student)
