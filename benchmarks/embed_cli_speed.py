@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default="fp32,fp32-torch,bf16,int8", help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--num-proc", default="1,2", help="preprocessing workers to try (comma-separated)")
     args = parser.parse_args(argv)
-    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+    from hf_laser.speed.cpu import cpu_info  # (every speed figure names its processor)
 
     print(f"# processor: {cpu_info().line()}", flush=True)
     if unknown := [m for m in args.modes.split(",") if m not in MODES]:

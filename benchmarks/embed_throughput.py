@@ -257,7 +257,7 @@ def main() -> None:
     parser.add_argument("--_variant", help=argparse.SUPPRESS)
     parser.add_argument("--_out", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+    from hf_laser.speed.cpu import cpu_info  # (every speed figure names its processor)
 
     print(f"# processor: {cpu_info().line()}", flush=True)
     if not SHARED.exists():

@@ -13,7 +13,7 @@ figures per language:
 
 Usage::
 
-    python benchmarks/langid_accuracy.py                        # hf_laser.langid (py3langid), per-language table
+    python benchmarks/langid_accuracy.py                        # hf_laser.text.langid (py3langid), per-language table
     python benchmarks/langid_accuracy.py --tok                  # + the .tok agreement (slower: runs the preprocessing)
     python benchmarks/langid_accuracy.py --detector lingua      # compare (pip install lingua-language-detector)
     python benchmarks/langid_accuracy.py --max-words 3 [--no-prior]   # short sentences, with / without the prior
@@ -45,20 +45,20 @@ def read_lines(path: Path) -> list[str]:
 
 
 def hf_laser_detector(prior: bool = True):
-    from hf_laser import langid
+    from hf_laser.text import langid
 
     if prior:
-        return langid.detect, langid.supported_codes(), f"hf_laser.langid ({langid.detector_version()})"
+        return langid.detect, langid.supported_codes(), f"hf_laser.text.langid ({langid.detector_version()})"
 
     def detect(texts):
         return [r[0] if (r := langid.classify(t, alpha=0)) else "en" for t in texts]
 
-    return detect, langid.supported_codes(), "hf_laser.langid without its language prior"
+    return detect, langid.supported_codes(), "hf_laser.text.langid without its language prior"
 
 
 def lingua_detector():
     from lingua import LanguageDetectorBuilder
-    from hf_laser.preprocessing import normalize_lang
+    from hf_laser.text.preprocessing import normalize_lang
 
     detector = LanguageDetectorBuilder.from_all_languages().with_preloaded_language_models().build()
     codes = {}
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
         print(f"no Tatoeba files in {args.tatoeba_dir}", file=sys.stderr)
         return 2
     if args.tok:
-        from hf_laser.preprocessing import LaserPreprocessor
+        from hf_laser.text.preprocessing import LaserPreprocessor
 
     rows, total, seconds = [], Counter(), 0.0
     for iso3 in langs:
@@ -178,8 +178,8 @@ def main(argv=None) -> int:
 
 
 def default_check(args) -> int:
-    """False alarms / misses of `hf_laser.langid.check_default_lang` (the warning of `lang=None`), used = "en"."""
-    from hf_laser import langid
+    """False alarms / misses of `hf_laser.text.langid.check_default_lang` (the warning of `lang=None`), used = "en"."""
+    from hf_laser.text import langid
 
     files = sorted(args.tatoeba_dir.glob("tatoeba.*-eng.*"))
     langs = sorted({p.name.split(".")[1][:-4] for p in files} - {"eng"})

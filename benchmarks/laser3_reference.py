@@ -9,7 +9,7 @@ comparison, the Python of that reference environment (fairseq-fixed + laser_enco
     python benchmarks/laser3_reference.py --full-dir /tmp/laser3-full --variants cls \\
         --reference-python /tmp/laser3-ref/bin/python --repeat 3                            # + speed
 
-Fidelity: each student converted by `hf_laser.convert` (into DIR/hf/VARIANT), its embeddings of the 1,200 raw
+Fidelity: each student converted by `hf_laser.checkpoints.convert` (into DIR/hf/VARIANT), its embeddings of the 1,200 raw
 sentences through hf_laser's tokenizer and model, max abs difference to the original's. Speed: the same sentences,
 best of --repeat, the original (`SentenceEncoder.encode_sentences` on `LaserTokenizer` output, max_tokens 12000,
 run in the reference Python) and hf_laser (`LaserEncoder.encode`, tokenization included, default max_tokens 12000)
@@ -81,7 +81,7 @@ def sentences(langs: list[str], lines: int) -> list[str]:
 
 
 def converted(full_dir: Path, variant: str) -> Path:
-    from hf_laser.convert import convert
+    from hf_laser.checkpoints.convert import convert
 
     out = full_dir / "hf" / variant
     if not (out / "config.json").is_file():
@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()
-    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+    from hf_laser.speed.cpu import cpu_info  # (every speed figure names its processor)
 
     print(f"# processor: {cpu_info().line()}", flush=True)
     import torch

@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = parser.parse_args()
-    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+    from hf_laser.speed.cpu import cpu_info  # (every speed figure names its processor)
 
     print(f"# processor: {cpu_info().line()}", flush=True)
     if args.threads:

@@ -89,7 +89,7 @@ def main() -> None:
     if not TATOEBA.exists():
         sys.exit(f"needs ../shared (Tatoeba v1 at {TATOEBA})")
 
-    from hf_laser.cpu import cpu_info
+    from hf_laser.speed.cpu import cpu_info
 
     print(f"# processor: {cpu_info().line()}")
     texts = {}

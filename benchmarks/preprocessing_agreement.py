@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Agreement of hf_laser.preprocessing with the original LASER pipeline (``.tok`` stage).
+"""Agreement of hf_laser.text.preprocessing with the original LASER pipeline (``.tok`` stage).
 
 For every reference file in ``shared/reference`` (224 Tatoeba files = first 100 lines of
 ``shared/data/tatoeba/v1/FILE``, and ``edge.txt`` in 7 languages) the pipeline output is
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
-from hf_laser.preprocessing import LaserPreprocessor  # noqa: E402
+from hf_laser.text.preprocessing import LaserPreprocessor  # noqa: E402
 
 EDGE_LANGS = ["en", "fr", "de", "el", "zh", "ja", "ru"]
 

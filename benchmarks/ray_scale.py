@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     threads = args.threads or args.nodes * args.cpus_per_node
 
-    from hf_laser.cpu import cpu_info
+    from hf_laser.speed.cpu import cpu_info
 
     print(f"# processor: {cpu_info().line()}", file=sys.stderr)
     if args.make_corpus:
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
 
     from functools import partial
 
-    from hf_laser.on_ray import embed_files, knn_search_on_ray
+    from hf_laser.mining.on_ray import embed_files, knn_search_on_ray
 
     t = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})

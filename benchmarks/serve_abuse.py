@@ -201,7 +201,7 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=3000, help="silent connections (default 3,000)")
     ap.add_argument("--only", default=None, help="comma-separated classes to run (default: all)")
     args = ap.parse_args()
-    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+    from hf_laser.speed.cpu import cpu_info  # (every speed figure names its processor)
 
     print(f"# processor: {cpu_info().line()}", flush=True)
     classes = ["huge-word", "long-words", "made-up-langs", "made-up-langs-again", "large-request",

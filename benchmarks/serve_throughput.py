@@ -149,7 +149,7 @@ def main() -> None:
     ap.add_argument("--server-args", default="", help="extra arguments of the server, e.g. '--max-wait-ms 5'")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
-    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+    from hf_laser.speed.cpu import cpu_info  # (every speed figure names its processor)
 
     print(f"# processor: {cpu_info().line()}", flush=True)
 

@@ -36,7 +36,7 @@ from hf_laser.encoder import read_lines  # noqa: E402
 
 
 def tiny_reference_model() -> Path:
-    from hf_laser.convert import convert
+    from hf_laser.checkpoints.convert import convert
 
     out = REPO / ".cache" / "benchmarks" / "laser-ref-tiny"
     if not (out / "model.safetensors").exists():
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--alone-every", type=int, default=50,
                         help="embed every N-th sentence alone too, to measure the batch's influence (0: skip)")
     args = parser.parse_args()
-    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+    from hf_laser.speed.cpu import cpu_info  # (every speed figure names its processor)
 
     print(f"# processor: {cpu_info().line()}", flush=True)
     if unknown := [m for m in args.modes.split(",") if m not in ("int8", "bf16", "numpy")]:

@@ -109,7 +109,7 @@ def build_rust_bpe(bpe):
 
 
 def bench_bpe(tok_lines: list[str], label: str) -> None:
-    from hf_laser.bpe import FastBPE
+    from hf_laser.text.bpe import FastBPE
 
     n_words = sum(len(line.split()) for line in tok_lines)
     print(f"\nBPE only on {label}: {len(tok_lines):,} lines, {n_words:,} words")
@@ -150,16 +150,16 @@ def main() -> int:
             print(f"needs {p} (the ../shared folder); not found", file=sys.stderr)
             return 2
 
-    from hf_laser.tokenization_laser import LaserTextPipeline
+    from hf_laser.text.tokenization_laser import LaserTextPipeline
 
     langs = tatoeba_langs()
     files = sorted(p for p in TATOEBA.iterdir() if p.name.startswith("tatoeba."))
     tok_all: list[str] | None = None
     if not args.bpe_only:
         try:
-            import hf_laser.preprocessing  # noqa: F401
+            import hf_laser.text.preprocessing  # noqa: F401
         except ImportError:
-            print("hf_laser.preprocessing not available: full-pipeline numbers skipped")
+            print("hf_laser.text.preprocessing not available: full-pipeline numbers skipped")
         else:
             data = [(read_lines(f), langs[f.name.rsplit(".", 1)[1]]) for f in files]
             n = sum(len(lines) for lines, _ in data)
@@ -186,7 +186,7 @@ def main() -> int:
             pipe = LaserTextPipeline(bpe_codes=CODES, bpe_vocab=VOCAB)
             all_lines = [line for lines, _ in data for line in lines]
             all_langs = [lang for lines, lang in data for _ in lines]
-            from hf_laser.text_tokenizer import _iter_chunked
+            from hf_laser.text.text_tokenizer import _iter_chunked
 
             t = time.perf_counter()
             out2 = list(_iter_chunked(pipe, all_lines, all_langs, "bpe", False, args.num_proc, 2000))

@@ -24,8 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from hf_laser.configuration_laser import LaserConfig  # noqa: E402
-from hf_laser.modeling_laser import LaserForPreTraining  # noqa: E402
+from hf_laser.modeling.configuration_laser import LaserConfig  # noqa: E402
+from hf_laser.modeling.modeling_laser import LaserForPreTraining  # noqa: E402
 
 
 
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     p.add_argument("--num-layers", type=int, default=5)
     p.add_argument("--decoder-hidden-size", type=int, default=2048)
     args = p.parse_args(argv)
-    from hf_laser.cpu import cpu_info  # (every speed figure names its processor)
+    from hf_laser.speed.cpu import cpu_info  # (every speed figure names its processor)
 
     print(f"# processor: {cpu_info().line()}", flush=True)
 

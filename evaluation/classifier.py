@@ -2,7 +2,7 @@
 
 This is the training loop of LASER's `sent_classif.py` / `nli.py`: Adam, shuffled mini-batches, one evaluation on the
 development set after every epoch, and the head with the best development accuracy kept (ties go to the later
-epoch). The head is a [`~hf_laser.modeling_laser.LaserClassificationHead`], so the result drops into
+epoch). The head is a [`~hf_laser.modeling.modeling_laser.LaserClassificationHead`], so the result drops into
 `LaserForSequenceClassification.classifier` ([`save_classifier`]).
 """
 
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from hf_laser.configuration_laser import LaserConfig
-from hf_laser.modeling_laser import LaserClassificationHead
+from hf_laser.modeling.configuration_laser import LaserConfig
+from hf_laser.modeling.modeling_laser import LaserClassificationHead
 
 __all__ = ["HeadTrainingResult", "head_config", "train_head", "predict", "accuracy", "save_classifier"]
 
@@ -186,14 +186,14 @@ def train_head(config: LaserConfig, train_x, train_y, dev_x, dev_y, *, train_pai
 def save_classifier(model_path: str | Path, result: HeadTrainingResult, out_dir: str | Path) -> Path:
     """Saves encoder + trained head as a `LaserForSequenceClassification` directory (`from_pretrained`-able), with
     the tokenizer files of `model_path` when it has them."""
-    from hf_laser.modeling_laser import LaserForSequenceClassification
+    from hf_laser.modeling.modeling_laser import LaserForSequenceClassification
 
     out_dir = Path(out_dir)
     model = LaserForSequenceClassification.from_pretrained(model_path, config=result.config)
     model.classifier.load_state_dict(result.head.state_dict())
     model.save_pretrained(out_dir)
     try:
-        from hf_laser.tokenization_laser import LaserTokenizer
+        from hf_laser.text.tokenization_laser import LaserTokenizer
 
         LaserTokenizer.from_pretrained(model_path).save_pretrained(out_dir)
     except (OSError, ValueError, TypeError, ImportError):

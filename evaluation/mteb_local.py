@@ -156,12 +156,12 @@ def local_task(name: str, data_dir: str | Path, revision: str, **get_task_kwargs
 
 def compare_tatoeba(encoder, tatoeba_dir: str | Path, work_dir: str | Path, langs: Sequence[str] | None = None,
                     *, log=print) -> dict:
-    """MTEB's Tatoeba (through [`hf_laser.mteb.LaserMTEBEncoder`]) and `evaluate_tatoeba` on the same files and
+    """MTEB's Tatoeba (through [`hf_laser.integrations.mteb.LaserMTEBEncoder`]) and `evaluate_tatoeba` on the same files and
     model: `{lang: {"mteb_xx2en_errors", "tatoeba_py_xx2en_errors", "mteb_accuracy", "mteb_f1", "mteb_lang_xx",
     "mteb_lang_en", "n"}, "languages": count, "differing": [languages whose error counts differ]}`."""
     import mteb
 
-    from hf_laser.mteb import LaserMTEBEncoder, texts_sha256
+    from hf_laser.integrations.mteb import LaserMTEBEncoder, texts_sha256
 
     from .cache import EmbeddingCache
     from .tatoeba import available_languages, evaluate_tatoeba, read_lines, tatoeba_paths

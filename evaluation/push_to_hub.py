@@ -2,7 +2,7 @@
 
     python -m evaluation.push_to_hub MODEL_DIR --repo-id user/name --results RESULTS_DIR [--private] [--dry-run]
 
-See `hf_laser.hub` for what goes into the model card and the commit.
+See `hf_laser.checkpoints.hub` for what goes into the model card and the commit.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Plots and the Markdown report of a `results.json` dict (tables: `hf_laser.hub.results_markdown`)."""
+"""Plots and the Markdown report of a `results.json` dict (tables: `hf_laser.checkpoints.hub.results_markdown`)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def plot_results(results: dict, out_dir: str | Path, title: str = "") -> dict[st
 
 
 def write_markdown(results: dict, path: str | Path, *, plots: dict[str, str] | None = None, header: str = "") -> Path:
-    from hf_laser.hub import results_markdown
+    from hf_laser.checkpoints.hub import results_markdown
 
     path = Path(path)
     text = (header.rstrip() + "\n\n" if header else "") + results_markdown(results, plots, heading_level=2) + "\n"

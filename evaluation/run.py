@@ -287,7 +287,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict:
     write_markdown(results, out / "results.md", plots=plots,
                    header=f"# Evaluation of `{args.model}`\n\n`{info['command']}` ({info['started']}, "
                           f"{info['seconds']:.0f} s)")
-    if "xsim" in results:  # hf_laser.hub's tables do not cover it: append the per-language table xsim wrote
+    if "xsim" in results:  # hf_laser.checkpoints.hub's tables do not cover it: append the per-language table xsim wrote
         table = (out / "xsim" / "xsim_languages.md").read_text(encoding="utf-8")
         table = table.replace("](xsim_heatmap.png)", "](xsim/xsim_heatmap.png)").replace("# N-way", "## N-way", 1)
         with open(out / "results.md", "a", encoding="utf-8") as fh:

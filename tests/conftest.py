@@ -51,7 +51,7 @@ def reference_embeddings(name: str, laser2: bool = False) -> np.ndarray:
 def tiny_model_dir(tmp_path_factory) -> Path:
     """`laser-ref-tiny.pt` converted with the reference BPE codes and vocabulary."""
     require_shared(TINY_CHECKPOINT, BPE_CODES, BPE_VOCAB)
-    from hf_laser.convert import convert
+    from hf_laser.checkpoints.convert import convert
 
     return convert(TINY_CHECKPOINT, tmp_path_factory.mktemp("laser-ref-tiny"), bpe_codes=BPE_CODES,
                    bpe_vocab=BPE_VOCAB)
@@ -61,7 +61,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def tiny_dictionary_dir(tmp_path_factory) -> Path:
     """`laser-ref-tiny.pt` converted without subword files (dictionary only: pretokenized input)."""
     require_shared(TINY_CHECKPOINT)
-    from hf_laser.convert import convert
+    from hf_laser.checkpoints.convert import convert
 
     return convert(TINY_CHECKPOINT, tmp_path_factory.mktemp("laser-ref-tiny-dict"), no_tokenizer=True)
 
@@ -70,7 +70,7 @@ def tiny_dictionary_dir(tmp_path_factory) -> Path:
 def tiny_laser2_dir(tmp_path_factory) -> Path:
     """`laser2-ref-tiny.pt` converted with the reference SentencePiece model."""
     require_shared(LASER2 / "laser2-ref-tiny.pt", LASER2 / "laser2-ref.spm")
-    from hf_laser.convert import convert
+    from hf_laser.checkpoints.convert import convert
 
     return convert(LASER2 / "laser2-ref-tiny.pt", tmp_path_factory.mktemp("laser2-ref-tiny"),
                    spm_model=LASER2 / "laser2-ref.spm", spm_vocab=LASER2 / "laser2-ref.cvocab")

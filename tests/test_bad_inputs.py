@@ -58,7 +58,7 @@ def test_invalid_utf8_becomes_spaces(mode, tmp_path):
 
 def test_invalid_utf8_passes_through_bpe_of_tokenized_text(tmp_path):
     require_shared(BPE_CODES, BPE_VOCAB)
-    from hf_laser.tokenization_laser import LaserTextPipeline
+    from hf_laser.text.tokenization_laser import LaserTextPipeline
 
     pipeline = LaserTextPipeline(bpe_codes=BPE_CODES, bpe_vocab=BPE_VOCAB)
     assert pipeline.process(["bad \udcff byte"], stage="bpe", pretokenized="tok") == ["bad \udcff by@@ te"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import BPE_CODES, BPE_VOCAB, LASER2, REFERENCE, SHARED, require_shared
 
-from hf_laser.bpe import FastBPE, read_codes, read_vocab, split_symbols
-from hf_laser.tokenization_laser import read_lines as stream_lines
+from hf_laser.text.bpe import FastBPE, read_codes, read_vocab, split_symbols
+from hf_laser.text.tokenization_laser import read_lines as stream_lines
 
 TATOEBA_RAW = SHARED / "data" / "tatoeba" / "v1"
 EDGE_LANGS = ["en", "fr", "de", "el", "zh", "ja", "ru"]
@@ -140,7 +140,7 @@ def test_cache_does_not_change_results():
 @pytest.fixture(scope="module")
 def spm_pipeline():
     require_shared(LASER2 / "laser2-ref.spm")
-    from hf_laser.tokenization_laser import LaserTextPipeline
+    from hf_laser.text.tokenization_laser import LaserTextPipeline
 
     return LaserTextPipeline(spm_model=LASER2 / "laser2-ref.spm")
 
@@ -153,7 +153,7 @@ def test_spm_pieces_are_whitespace_free_and_unknown_runs_merged(spm_pipeline):
 
 def test_spm_end_to_end_tatoeba(spm_pipeline):
     """raw Tatoeba (first 100 lines) -> LaserPreprocessor(mode='laser2', L) -> SPM == reference .spm."""
-    pytest.importorskip("hf_laser.preprocessing", reason="needs hf_laser.preprocessing")
+    pytest.importorskip("hf_laser.text.preprocessing", reason="needs hf_laser.text.preprocessing")
     require_shared(TATOEBA_RAW)
     langs = tatoeba_langs()
     files = sorted((LASER2 / "tatoeba").glob("*.spm"))
@@ -171,7 +171,7 @@ def test_spm_end_to_end_tatoeba(spm_pipeline):
 
 @pytest.mark.parametrize("lang", EDGE_LANGS)
 def test_spm_end_to_end_edge(spm_pipeline, lang):
-    pytest.importorskip("hf_laser.preprocessing", reason="needs hf_laser.preprocessing")
+    pytest.importorskip("hf_laser.text.preprocessing", reason="needs hf_laser.text.preprocessing")
     raw = read_lines(REFERENCE / "edge" / "edge.txt")
     assert len(raw) == 63
     got = spm_pipeline.process(raw, lang, stage="bpe")

@@ -13,7 +13,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO))  # the evaluation/ package lives next to src/
 
 from hf_laser import LaserConfig  # noqa: E402
-from hf_laser.modeling_laser import (  # noqa: E402
+from hf_laser.modeling.modeling_laser import (  # noqa: E402
     LaserClassificationCollator,
     LaserClassificationHead,
     LaserForSequenceClassification,

@@ -142,10 +142,10 @@ def test_python_api_missing_model_is_as_clear_as_the_cli(model):
 @pytest.mark.parametrize("lang", ["francais", "fr,en", "../etc", ["fr", "francais"]])
 def test_python_api_language_rule_is_the_cli_one(lang):
     """#47: `--lang francais` was exit 2 in the CLI but `encode(lang="francais")` only warned and embedded with the
-    Moses defaults; now one rule (hf_laser.languages.check_language): a code, a name, or auto; anything else is an
+    Moses defaults; now one rule (hf_laser.text.languages.check_language): a code, a name, or auto; anything else is an
     error, in the encoder and in the tokenizer."""
     from hf_laser import DEFAULT_MODEL, LaserEncoder
-    from hf_laser.text_tokenizer import LaserInputError, LaserTextTokenizer
+    from hf_laser.text.text_tokenizer import LaserInputError, LaserTextTokenizer
 
     texts = ["Bonjour.", "Merci."] if isinstance(lang, list) else ["Bonjour."]
     with pytest.raises(LaserInputError, match="is not a language code"):

@@ -17,14 +17,14 @@ from transformers import AutoModel
 
 from hf_laser import LaserConfig, LaserModel
 from hf_laser.cli import main as cli_main
-from hf_laser.convert import NotALaserCheckpoint, TokenizerMismatch, convert, load_laser_checkpoint, verify_zip_crc
+from hf_laser.checkpoints.convert import NotALaserCheckpoint, TokenizerMismatch, convert, load_laser_checkpoint, verify_zip_crc
 from hf_laser.encoder import LaserEncoder
 
 
 def test_cli_convert_then_embed_reproduces_reference(tmp_path):
     require_shared(TINY_CHECKPOINT)
     out = tmp_path / "converted"
-    result = subprocess.run([sys.executable, "-m", "hf_laser.convert", str(TINY_CHECKPOINT), str(out),
+    result = subprocess.run([sys.executable, "-m", "hf_laser.checkpoints.convert", str(TINY_CHECKPOINT), str(out),
                              "--no-tokenizer"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
@@ -131,7 +131,7 @@ def bpe_files(tmp_path, tokens=TOKENS):
 
 
 def run_cli(args):
-    result = subprocess.run([sys.executable, "-m", "hf_laser.convert", *map(str, args)], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "hf_laser.checkpoints.convert", *map(str, args)], capture_output=True,
                             text=True)
     return result.returncode, result.stderr.strip()
 

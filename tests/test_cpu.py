@@ -1,4 +1,4 @@
-"""#48 item 1: what the processor can do (`hf_laser.cpu`) on simulated capability sets, and `hf-laser env`."""
+"""#48 item 1: what the processor can do (`hf_laser.speed.cpu`) on simulated capability sets, and `hf-laser env`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hf_laser.cpu import CpuInfo, cpu_info, from_flags
+from hf_laser.speed.cpu import CpuInfo, cpu_info, from_flags
 
 NONE = {"avx2": False, "avx512": False, "avx512_bf16": False, "vnni": False, "amx": False, "amx_fp16": False}
 
@@ -84,7 +84,7 @@ def test_the_python_api_warns_for_an_emulated_dtype_too(monkeypatch):
 def test_int8_without_kernels_is_said():
     """int8 asked for on a CPU whose int8 kernels PyTorch lacks (x86 without AVX2): one message naming the mode to
     use; nothing where fbgemm / qnnpack run."""
-    from hf_laser.cpu import int8_without_kernels_message
+    from hf_laser.speed.cpu import int8_without_kernels_message
 
     message = int8_without_kernels_message(x86(), flag="--int8")
     assert "--int8" in message and "use float32" in message and "fbgemm needs AVX2" in message

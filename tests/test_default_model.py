@@ -229,7 +229,7 @@ def test_shipped_directory_holds_no_code():
         config = json.loads((path / name).read_text(encoding="utf-8"))
         assert "auto_map" not in config and "custom_pipelines" not in config, name
     modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
-    assert modules[0]["type"] == "hf_laser.sentence_transformers_laser.LaserSentenceTransformerModule"
+    assert modules[0]["type"] == "hf_laser.integrations.sentence_transformers_laser.LaserSentenceTransformerModule"
 
 
 def saved_copy(out: Path) -> Path:
@@ -256,7 +256,7 @@ def training_export(out: Path) -> Path:
 
 def pushed(out: Path) -> Path:
     """What `hf-laser push` uploads for the shipped directory (`hub.with_remote_code`)."""
-    from hf_laser.hub import with_remote_code
+    from hf_laser.checkpoints.hub import with_remote_code
 
     out.mkdir()
     return with_remote_code(hf_laser.DEFAULT_MODEL, out)
@@ -272,10 +272,11 @@ def test_written_directories_get_the_package_sources_as_code(writer, tmp_path):
     """A directory written for use without hf_laser (save_pretrained, the training export, hf-laser push) gets the
     remote code from the package's own sources, byte for byte, and the entries that name it."""
     directory = writer(tmp_path / "out")
-    package = Path(hf_laser.__file__).parent
+    from hf_laser.checkpoints.integration_files import flat_source, source_file
+
     written = sorted(p.name for p in directory.glob("*.py"))
     assert written == REMOTE_CODE
-    stale = [name for name in written if (directory / name).read_bytes() != (package / name).read_bytes()]
+    stale = [name for name in written if (directory / name).read_text(encoding="utf-8") != flat_source(source_file(name))]
     assert not stale, stale
     config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     assert config["auto_map"]["AutoModel"] == "modeling_laser.LaserModel" and "custom_pipelines" in config

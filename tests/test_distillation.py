@@ -168,7 +168,7 @@ def test_the_target_side_is_measured_by_the_tokenizer_that_reads_it(tmp_path):
     longer than `max_length` and the pairs were skipped (a Basque student lost 70 % of its eu-ru pairs). With the
     teacher's tokenizer as `target_tokenizer` the targets are counted in the teacher's tokens."""
     from hf_laser.models import DEFAULT_MODEL
-    from hf_laser.tokenization_laser import LaserTokenizer
+    from hf_laser.text.tokenization_laser import LaserTokenizer
     from training.data import BatchSchedule, prepare_training_data
     from training.learn_bpe import learn_bpe
 

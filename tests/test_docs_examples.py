@@ -46,7 +46,7 @@ PAGES = sorted(p for p in DOCS.glob("*.md") if page_blocks(p))
 @pytest.fixture(scope="module")
 def common(tmp_path_factory) -> Path:
     require_shared(TINY_CHECKPOINT, BPE_CODES, BPE_VOCAB, LASER2 / "laser2-ref-tiny.pt")
-    from hf_laser.convert import convert
+    from hf_laser.checkpoints.convert import convert
 
     work = tmp_path_factory.mktemp("docs-common")
     shutil.copytree(REPO / "examples", work / "examples")

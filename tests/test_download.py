@@ -17,7 +17,7 @@ from laser3_helpers import CVOCAB, SHARED, SPM, require_shared, tiny_namespace_c
 
 from hf_laser import LaserEncoder
 from hf_laser.cli import main as cli_main
-from hf_laser.download import DownloadCheckFailed, ModelsNotAvailable, fetch_models, student_code
+from hf_laser.checkpoints.download import DownloadCheckFailed, ModelsNotAvailable, fetch_models, student_code
 from hf_laser.model_set import RoutedLaserEncoder
 
 

@@ -1,4 +1,4 @@
-"""evaluation/ (Tatoeba, XNLI, MLDoc, run, cache) and hf_laser.hub (card with results, push).
+"""evaluation/ (Tatoeba, XNLI, MLDoc, run, cache) and hf_laser.checkpoints.hub (card with results, push).
 
 Data fixtures are written in tmp dirs in the benchmarks' original distribution formats (XNLI-1.0 TSV / JSONL,
 MultiNLI TSV, MLDoc `LABEL<TAB>TEXT`, Tatoeba v1, BUCC); Tatoeba also runs on the reference `.bpe` files of
@@ -499,7 +499,7 @@ def test_run_writes_results_table_and_plots(results_dir):
     assert "| fra | " in md and "## XNLI" in md and "## MLDoc" in md and "## BUCC" in md and "(tatoeba.png)" in md
     for name in ("tatoeba.png", "xnli.png", "mldoc.png"):
         assert (results_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from hf_laser.modeling_laser import LaserForSequenceClassification
+    from hf_laser.modeling.modeling_laser import LaserForSequenceClassification
 
     clf = LaserForSequenceClassification.from_pretrained(results_dir / "classifiers" / "xnli")
     assert clf.config.classifier_mode == "pair" and clf.config.id2label[2] == "contradiction"
@@ -519,7 +519,7 @@ def test_model_card_with_results_roundtrips_model_index(results_dir, tiny_dictio
     from huggingface_hub import ModelCard
     from huggingface_hub.repocard_data import model_index_to_eval_results
 
-    from hf_laser.hub import card_with_results, eval_results_from_results
+    from hf_laser.checkpoints.hub import card_with_results, eval_results_from_results
 
     res = json.loads((results_dir / "results.json").read_text())
     card = card_with_results(tiny_dictionary_dir, res, repo_id="someone/laser-tiny",
@@ -539,7 +539,7 @@ def test_model_card_with_results_roundtrips_model_index(results_dir, tiny_dictio
 
 
 def test_push_dry_run_and_single_commit(results_dir, tiny_dictionary_dir, capsys, monkeypatch):
-    from hf_laser import hub
+    from hf_laser.checkpoints import hub
     from hf_laser.cli import main as cli_main
 
     # dry run through the CLI: lists files, no network

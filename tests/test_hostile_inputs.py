@@ -124,7 +124,7 @@ def test_encode_file_of_a_directory_says_so(encoder, tmp_path):
 
 
 def test_convert_never_suggests_weights_only_false(tmp_path):
-    from hf_laser.convert import NotALaserCheckpoint, load_laser_checkpoint
+    from hf_laser.checkpoints.convert import NotALaserCheckpoint, load_laser_checkpoint
 
     ckpt = tmp_path / "evil.pt"
     torch.save({"params": {}, "model": {}, "dictionary": {}, "payload": threading.Lock}, ckpt)
@@ -275,10 +275,10 @@ def test_tokenizer_caches_are_bounded_in_size_not_only_in_entries(monkeypatch):
     """#52 D2: a 4,000,002-character word was kept in the word caches (20 MB a request, forever: 738 -> 1,264 MB RSS
     on a server after five of them). Long words are not cached, and the caches are cleared past a size in
     characters; the ids do not change."""
-    import hf_laser.bpe as B
-    import hf_laser.text_tokenizer as T
+    import hf_laser.text.bpe as B
+    import hf_laser.text.text_tokenizer as T
     from hf_laser import DEFAULT_MODEL
-    from hf_laser.text_tokenizer import LaserTextTokenizer
+    from hf_laser.text.text_tokenizer import LaserTextTokenizer
 
     tok = LaserTextTokenizer.from_directory(DEFAULT_MODEL)
     core, bpe = tok._core, tok._core.pipeline.bpe
@@ -305,10 +305,10 @@ def test_language_caches_hold_rule_sets_not_every_code_a_client_sends():
     import string
     import warnings
 
-    import hf_laser.preprocessing as P
-    import hf_laser.text_tokenizer as T
+    import hf_laser.text.preprocessing as P
+    import hf_laser.text.text_tokenizer as T
     from hf_laser import DEFAULT_MODEL
-    from hf_laser.text_tokenizer import LaserTextTokenizer
+    from hf_laser.text.text_tokenizer import LaserTextTokenizer
 
     tok = LaserTextTokenizer.from_directory(DEFAULT_MODEL)
     codes = ["".join(t) for t in itertools.islice(itertools.product(string.ascii_lowercase, repeat=3), 600)]

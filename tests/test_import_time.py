@@ -79,7 +79,7 @@ def test_lazy_attributes():
         assert "torch" not in sys.modules
         assert "LaserEncoder" in dir(hf_laser) and "LaserModel" in hf_laser.__all__
         from hf_laser import LaserModel, LaserConfig, LaserTokenizer, LaserEncoder
-        assert LaserModel.__module__ == "hf_laser.modeling_laser"
+        assert LaserModel.__module__ == "hf_laser.modeling.modeling_laser"
         try:
             hf_laser.NoSuchThing
         except AttributeError:
@@ -112,9 +112,9 @@ def test_auto_model_after_import_hf_laser(saved_tiny_model, order):
         {first}
         {second}
         config = AutoConfig.from_pretrained({str(saved_tiny_model)!r})
-        assert type(config).__module__ == "hf_laser.configuration_laser", type(config)
+        assert type(config).__module__ == "hf_laser.modeling.configuration_laser", type(config)
         model = AutoModel.from_pretrained({str(saved_tiny_model)!r})
-        assert type(model).__name__ == "LaserModel" and type(model).__module__ == "hf_laser.modeling_laser", type(model)
+        assert type(model).__name__ == "LaserModel" and type(model).__module__ == "hf_laser.modeling.modeling_laser", type(model)
         assert isinstance(model, hf_laser.LaserModel)
         print("ok")
     """
@@ -139,12 +139,12 @@ def test_auto_tokenizer_and_pipeline_after_import_hf_laser(tiny_model_dir):
 
 
 def test_saved_model_keeps_auto_map_when_imported_from_submodule(tmp_path):
-    """`from hf_laser.modeling_laser import LaserModel` (no attribute of the package touched) still registers the
+    """`from hf_laser.modeling.modeling_laser import LaserModel` (no attribute of the package touched) still registers the
     classes, so `save_pretrained` writes the `auto_map` (loading with trust_remote_code without hf_laser)."""
     code = f"""
         import json
-        from hf_laser.modeling_laser import LaserModel
-        from hf_laser.configuration_laser import LaserConfig
+        from hf_laser.modeling.modeling_laser import LaserModel
+        from hf_laser.modeling.configuration_laser import LaserConfig
         LaserModel(LaserConfig(vocab_size=20, embed_dim=4, hidden_size=3, num_layers=1)).save_pretrained({str(tmp_path)!r})
         print(json.dumps(json.load(open({str(tmp_path / 'config.json')!r}))["auto_map"]))
     """

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import SHARED, read_lines
 
-from hf_laser import langid
+from hf_laser.text import langid
 
 TATOEBA = SHARED / "data" / "tatoeba" / "v1"
 ZH = "我们明天去北京吧。"

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from hf_laser import LaserEncoder
-from hf_laser.convert import NotALaserCheckpoint, TokenizerMismatch, convert, is_laser3_file
+from hf_laser.checkpoints.convert import NotALaserCheckpoint, TokenizerMismatch, convert, is_laser3_file
 
 from laser3_helpers import (CVOCAB, FIXTURE_SPEC, FIXTURES, RANDOM_STUDENT, SPM, fixture_sentences,
                             full_size_checkpoint, require_shared, tatoeba_lines, tiny_namespace_checkpoint)
@@ -74,7 +74,7 @@ def test_omegaconf_checkpoint_with_decoder_embeds_as_the_original(tmp_path):
 
 def test_tokenization_is_laser_encoders(tmp_path):
     require_shared()
-    from hf_laser.text_tokenizer import LaserTextTokenizer
+    from hf_laser.text.text_tokenizer import LaserTextTokenizer
 
     out = convert(FIXTURES / "tiny-omegaconf.pt", tmp_path / "tiny", spm_model=SPM, spm_vocab=CVOCAB)
     pipeline = LaserTextTokenizer.from_directory(out).pipeline
@@ -151,7 +151,7 @@ def test_a_student_directory_in_pipelines_and_sentence_transformers(tmp_path):
     require_shared()
     from transformers import pipeline
 
-    import hf_laser.pipelines  # noqa: F401 (registers the task)
+    import hf_laser.integrations.pipelines  # noqa: F401 (registers the task)
 
     out = convert(FIXTURES / "tiny-omegaconf.pt", tmp_path / "tiny", spm_model=SPM, spm_vocab=CVOCAB)
     sentences = fixture_sentences(3)

@@ -11,7 +11,7 @@ counts as an import of the submodule `x` when there is one, else of the package)
   graph with them must be acyclic too;
 * `if TYPE_CHECKING:` blocks are not imports at run time and are left out;
 * entry points are not library code: `__main__.py` files and `if __name__ == "__main__":` blocks (what
-  `python -m hf_laser.convert` runs) may import the command line, and are left out of both graphs.
+  `python -m hf_laser.checkpoints.convert` runs) may import the command line, and are left out of both graphs.
 
 The command line is `hf_laser.cli` and the `hf_laser.commands` package; no other module may import it, at any level.
 """
@@ -161,22 +161,63 @@ def test_cycle_finder_finds_cycles():
 @pytest.fixture(scope="module")
 def remote_code() -> list[str]:
     pytest.importorskip("transformers")
-    from hf_laser.integration_files import code_files
+    from hf_laser.checkpoints.integration_files import code_files
 
     return code_files(["modeling_laser", "tokenization_laser", "pipeline_laser", "sentence_transformers_laser"])
 
 
 def test_remote_code_files_stand_on_their_own(remote_code):
-    """The files written into a model directory for `trust_remote_code` import each other only (a flat set, by
-    relative imports) and nothing that needs hf_laser installed: transformers checks every import it finds in them
-    (`get_imports`) before running them."""
+    """The files written into a model directory for `trust_remote_code` import each other only (a flat set once
+    written: `write_code_files` rewrites `from ..text.bpe import` to `from .bpe import`) and nothing that needs hf_laser
+    installed: transformers checks every import it finds in them (`get_imports`) before running them."""
     from transformers.dynamic_module_utils import get_imports, get_relative_imports
+
+    from hf_laser.checkpoints.integration_files import flat_source, source_file
 
     assert "modeling_laser.py" in remote_code and "tokenization_laser.py" in remote_code
     for name in remote_code:
-        path = PACKAGE / name
-        assert path.is_file(), name
-        assert {f"{m}.py" for m in get_relative_imports(path)} <= set(remote_code), name
+        path = source_file(name)
+        assert path is not None and path.is_file(), name
         assert "hf_laser" not in get_imports(path), name
         found = set(imports(module_name(path))) - guarded_imports(path)
-        assert {t.removeprefix("hf_laser.") + ".py" for t in found} <= set(remote_code), (name, found)
+        assert {t.rpartition(".")[2] + ".py" for t in found} <= set(remote_code), (name, found)
+        flat = path.parent / f".flat-{name}"
+        try:  # the written form: every relative import names a sibling of the set
+            flat.write_text(flat_source(path), encoding="utf-8")
+            assert {f"{m}.py" for m in get_relative_imports(flat)} <= set(remote_code), name
+            assert not [n for n in ast.walk(ast.parse(flat.read_text(encoding="utf-8")))
+                        if isinstance(n, ast.ImportFrom) and n.level > 1], name
+        finally:
+            flat.unlink()
+
+
+def test_remote_code_file_names_are_unique_across_subpackages():
+    """A directory holds the remote code side by side: two files of one name in the code subpackages would collide."""
+    from hf_laser.checkpoints.integration_files import CODE_PACKAGES
+
+    names = [p.name for package in CODE_PACKAGES for p in (PACKAGE / package).glob("*.py") if p.name != "__init__.py"]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+# what a user imports stands at the top; every other concept is a subpackage (ARCHITECTURE.md)
+TOP_LEVEL = {"__init__.py", "cli.py", "encoder.py", "model_set.py", "outputs.py", "errors.py", "defaults.py"}
+SUBPACKAGES = {"text", "modeling", "checkpoints", "integrations", "speed", "mining", "serving", "commands", "models"}
+
+
+def test_the_top_level_holds_only_the_faces_and_the_subpackages():
+    assert {p.name for p in PACKAGE.glob("*.py")} == TOP_LEVEL
+    assert {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()} == SUBPACKAGES
+
+
+def test_old_module_paths_still_import(recwarn):
+    """Code written against the flat layout (`from hf_laser.modeling_laser import ...`, a `modules.json` naming
+    `hf_laser.sentence_transformers_laser...`) keeps working, with a DeprecationWarning naming the new path."""
+    import importlib
+
+    old = importlib.import_module("hf_laser.preprocessing")
+    new = importlib.import_module("hf_laser.text.preprocessing")
+    assert old is new
+    assert any("hf_laser.text.preprocessing" in str(w.message) for w in recwarn.list)
+    from hf_laser.sentence_transformers_laser import LaserSentenceTransformerModule  # noqa: F401
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("hf_laser.no_such_module")

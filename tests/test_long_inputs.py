@@ -11,7 +11,7 @@ import pytest
 from hf_laser import cli
 from hf_laser.cli import main as cli_main
 from hf_laser.encoder import DEFAULT_MAX_SENTENCE_TOKENS, LaserEncoder
-from hf_laser.preprocessing import MECAB_PIECE_BYTES, LaserPreprocessor, mecab_pieces
+from hf_laser.text.preprocessing import MECAB_PIECE_BYTES, LaserPreprocessor, mecab_pieces
 
 
 def test_mecab_pieces_cut_like_mecab_b_but_between_characters():

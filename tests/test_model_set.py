@@ -12,8 +12,8 @@ from laser3_helpers import CVOCAB, SHARED, SPM, require_shared, tiny_namespace_c
 
 from hf_laser import LaserEncoder
 from hf_laser.cli import main as cli_main
-from hf_laser.convert import convert
-from hf_laser.languages import flores_codes, names_student, student_code
+from hf_laser.checkpoints.convert import convert
+from hf_laser.text.languages import flores_codes, names_student, student_code
 from hf_laser.model_set import SET_FILE, RoutedLaserEncoder, UnknownLanguage, write_model_set
 
 LASER2_TINY = SHARED / "reference" / "laser2" / "laser2-ref-tiny.pt"  # a BiLSTM of 96 dimensions
@@ -252,7 +252,7 @@ def test_serve_routes_each_input_and_lists_the_members(model_set):
 
 
 def test_pipeline_of_a_set_routes_each_sentence(model_set):
-    from hf_laser.pipelines import RoutedLaserPipeline, laser_pipeline
+    from hf_laser.integrations.pipelines import RoutedLaserPipeline, laser_pipeline
 
     embed = laser_pipeline(model_set)
     assert isinstance(embed, RoutedLaserPipeline)
@@ -269,7 +269,7 @@ def test_pipeline_of_a_set_routes_each_sentence(model_set):
 
 def test_sentence_transformers_of_a_set_routes_each_sentence(model_set, tmp_path):
     st = pytest.importorskip("sentence_transformers", reason="needs the sentence-transformers extra")
-    from hf_laser.sentence_transformers_sets import set_sentence_transformer
+    from hf_laser.integrations.sentence_transformers_sets import set_sentence_transformer
 
     model = set_sentence_transformer(model_set)
     wolof = LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn")

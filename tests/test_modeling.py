@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModel
 
 import hf_laser
 from hf_laser import LaserConfig, LaserModel
-from hf_laser.convert import load_laser_checkpoint, model_from_checkpoint
+from hf_laser.checkpoints.convert import load_laser_checkpoint, model_from_checkpoint
 
 
 def small_model(seed: int = 0, **kwargs) -> LaserModel:
@@ -202,7 +202,7 @@ def _rnn_precision() -> str:
 
 @pytest.mark.parametrize("case", ["cuda-fp32", "cpu-fp32", "cuda-bf16", "allowed"])
 def test_ieee_fp32_lstm_turns_cudnn_tf32_off_only_for_cuda_fp32(case):
-    from hf_laser.modeling_laser import ieee_fp32_lstm
+    from hf_laser.modeling.modeling_laser import ieee_fp32_lstm
 
     x, allow = _CudaFloat32(), False
     if case == "cpu-fp32":

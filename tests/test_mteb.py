@@ -1,4 +1,4 @@
-"""hf_laser.mteb: MTEB runs LASER with each task's languages, offline, on local copies of the datasets in MTEB's
+"""hf_laser.integrations.mteb: MTEB runs LASER with each task's languages, offline, on local copies of the datasets in MTEB's
 layout (evaluation/mteb_local.py): Tatoeba equals evaluation/tatoeba.py, BUCC equals a direct nearest-neighbour
 search, and STS / classification / retrieval calls are preprocessed in their subset's languages."""
 
@@ -25,7 +25,7 @@ from evaluation.mteb_local import (  # noqa: E402
 )
 from evaluation.tatoeba import TATOEBA_LANGS, tatoeba_paths  # noqa: E402
 from hf_laser import LaserEncoder  # noqa: E402
-from hf_laser.mteb import LaserMTEBEncoder, identify_language, subset_languages, texts_sha256  # noqa: E402
+from hf_laser.integrations.mteb import LaserMTEBEncoder, identify_language, subset_languages, texts_sha256  # noqa: E402
 
 TATOEBA = SHARED / "data" / "tatoeba" / "v1"
 MINING = SHARED / "data" / "mining"

@@ -1,4 +1,4 @@
-"""The NumPy engine (`hf_laser.bilstm_numpy.NumpyLaserBiLSTM`, `LaserEncoder.from_pretrained(engine=...)`,
+"""The NumPy engine (`hf_laser.modeling.bilstm_numpy.NumpyLaserBiLSTM`, `LaserEncoder.from_pretrained(engine=...)`,
 `hf-laser embed --engine`): the original encoder's reference embeddings, the PyTorch model's to round-off on every
 shape it handles (layers, one direction, literal <pad> tokens, threads), the same weights and model hash as the
 PyTorch loader, clear refusals, and a command line that embeds without importing torch."""
@@ -17,11 +17,11 @@ from conftest import REFERENCE, read_lines, reference_embeddings
 from safetensors.torch import save_file
 
 from hf_laser import DEFAULT_MODEL, LaserConfig, LaserModel
-from hf_laser.bilstm import LaserBiLSTM
-from hf_laser.bilstm_numpy import NumpyLaserBiLSTM
+from hf_laser.modeling.bilstm import LaserBiLSTM
+from hf_laser.modeling.bilstm_numpy import NumpyLaserBiLSTM
 from hf_laser.encoder import LaserEncoder
 from hf_laser.outputs import model_sha256
-from hf_laser.plain_weights import read_plain_weights
+from hf_laser.modeling.plain_weights import read_plain_weights
 
 
 def save_plain(tmp_path, seed=0, dtype=torch.float32, **kwargs):
@@ -109,7 +109,7 @@ def test_deeper_layers_project_real_tokens_only(tmp_path, monkeypatch):
     """One long sentence among short ones: the deeper layers' input projections cover the batch's real tokens, not
     its padded grid (60 x 120 positions here; 1.7-2.6x slower than PyTorch on the full-size model when they did), with PyTorch's
     embeddings to round-off."""
-    from hf_laser import bilstm_numpy
+    from hf_laser.modeling import bilstm_numpy
 
     path = save_plain(tmp_path, num_layers=3)
     sentences = random_sentences(59, seed=3, max_len=6) + [[5] * 119 + [2]]

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from test_training import metrics, run_train, write_cipher_corpus
 
 from hf_laser import LaserConfig
-from hf_laser.modeling_laser import LaserForPreTraining
+from hf_laser.modeling.modeling_laser import LaserForPreTraining
 
 sys.path.insert(0, str(REPO))
 from training.objectives import distillation_loss, ranking_loss, training_loss, uses_decoder  # noqa: E402

@@ -1,4 +1,4 @@
-"""Tests for hf_laser.preprocessing: bit-exact agreement with the original LASER pipeline.
+"""Tests for hf_laser.text.preprocessing: bit-exact agreement with the original LASER pipeline.
 
 Reference files (produced with the original Perl/jieba/MeCab/Python tools) live in
 ``../shared/reference``; tests that need them are skipped when that folder is absent.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hf_laser import preprocessing as P
-from hf_laser.preprocessing import LaserPreprocessor, normalize_lang, preprocess
+from hf_laser.text import preprocessing as P
+from hf_laser.text.preprocessing import LaserPreprocessor, normalize_lang, preprocess
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REF = SHARED / "reference"
@@ -371,9 +371,9 @@ PREFIX_SHA256 = {
 
 
 def test_prefix_files_shipped_unmodified():
-    from hf_laser.nonbreaking_prefixes import PREFIX_FILES, prefix_file_bytes
+    from hf_laser.text.nonbreaking_prefixes import LANGS, prefix_file_bytes
 
-    assert set(PREFIX_SHA256) == set(P.NONBREAKING_PREFIX_LANGS) == set(PREFIX_FILES)
+    assert set(PREFIX_SHA256) == set(P.NONBREAKING_PREFIX_LANGS) == set(LANGS)
     for lang, digest in PREFIX_SHA256.items():
         assert hashlib.sha256(prefix_file_bytes(lang)).hexdigest()[:16] == digest, lang
 
@@ -447,7 +447,7 @@ def test_astral_classes_are_built_on_the_first_astral_line_only():
     import sys
 
     lines = ["Hello, world! It's 1990's.", "Tabs\tand\u00adsoft\u200bhyphens", "Emoji 😀 and 𝐛𝐨𝐥𝐝 letters, 𝟏𝟐,3."]
-    code = ("import sys, json; from hf_laser import preprocessing as P\n"
+    code = ("import sys, json; from hf_laser.text import preprocessing as P\n"
             "pre, lines = P.LaserPreprocessor('en'), json.loads(sys.argv[1])\n"
             "out = [pre(x) for x in lines[:2]]; before = P._uniclass_bodies.cache_info().currsize\n"
             "out.append(pre(lines[2])); print(json.dumps([before, P._uniclass_bodies.cache_info().currsize, out]))")

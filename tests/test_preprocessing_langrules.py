@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from hf_laser import preprocessing as P
-from hf_laser.preprocessing import LaserPreprocessor
+from hf_laser.text import preprocessing as P
+from hf_laser.text.preprocessing import LaserPreprocessor
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 TATOEBA = SHARED / "data" / "tatoeba" / "v1"
@@ -77,7 +77,7 @@ def test_fi_sv_colon_tatoeba_lines_bpe(name, idx, raw, tok, bpe):
     codes, vocab = BPE_DIR / "laser-ref.fcodes", BPE_DIR / "laser-ref.fvocab"
     if not (codes.is_file() and vocab.is_file()):
         pytest.skip(f"reference BPE codes not found at {BPE_DIR}")
-    from hf_laser.bpe import FastBPE
+    from hf_laser.text.bpe import FastBPE
 
     assert FastBPE(codes, vocab).apply(LaserPreprocessor(_lang_of(name))(raw)) == bpe
 

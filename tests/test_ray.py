@@ -1,4 +1,4 @@
-"""#49 item 1 (first part): `hf_laser.on_ray.embed_dataset` on a local Ray (the laptop as the default cluster): the
+"""#49 item 1 (first part): `hf_laser.mining.on_ray.embed_dataset` on a local Ray (the laptop as the default cluster): the
 embeddings of `LaserEncoder.encode` (to float round-off) through CPU tokenizer actors and encoder actors, every row
 once; Ray is imported only when asked for."""
 
@@ -15,7 +15,7 @@ from conftest import SHARED, read_lines
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'hf-laser[ray]')")
 
 from hf_laser import DEFAULT_MODEL, LaserEncoder  # noqa: E402
-from hf_laser.on_ray import embed_dataset  # noqa: E402
+from hf_laser.mining.on_ray import embed_dataset  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_files_on_ray_give_the_single_process_shards_and_skip_finished_ones(loca
     `embed_shards` with the same shards (the NumPy engine, whose bits do not depend on the threads a process has:
     PyTorch's differ by ~1e-7 between a 1-thread actor and a 2-thread process); a re-run computes nothing."""
     from hf_laser.mining import embed_shards, load_embedding_shards  # noqa: PLC0415
-    from hf_laser.on_ray import embed_files  # noqa: PLC0415
+    from hf_laser.mining.on_ray import embed_files  # noqa: PLC0415
 
     text = tmp_path / "fr.txt"
     text.write_text("\n".join(read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra")[:400]) + "\n")
@@ -119,7 +119,7 @@ def _embed_while_disturbed(tmp_path, text, disturb) -> None:
     import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
 
-    from hf_laser.on_ray import embed_files  # noqa: PLC0415
+    from hf_laser.mining.on_ray import embed_files  # noqa: PLC0415
 
     done = []
 
@@ -232,7 +232,7 @@ def test_parquet_corpora_on_ray_from_uris_resume_file_by_file(local_ray, tmp_pat
     import pyarrow as pa  # noqa: PLC0415
     import pyarrow.parquet as pq  # noqa: PLC0415
 
-    from hf_laser.on_ray import embed_parquet  # noqa: PLC0415
+    from hf_laser.mining.on_ray import embed_parquet  # noqa: PLC0415
 
     lines = read_lines(SHARED / "data" / "tatoeba" / "v1" / "tatoeba.fra-eng.fra")[:150]
     (tmp_path / "corpus" / "part").mkdir(parents=True)
@@ -269,7 +269,7 @@ def test_parquet_text_column_errors():
     """A Parquet text column with a null, or not of text, is an error naming the row, never the text "None"."""
     import pyarrow as pa  # noqa: PLC0415
 
-    from hf_laser.on_ray import _text_column  # noqa: PLC0415
+    from hf_laser.mining.on_ray import _text_column  # noqa: PLC0415
 
     assert _text_column(pa.table({"text": ["a", "b"]}), "text", "x.parquet") == ["a", "b"]
     with pytest.raises(ValueError, match=r"1 null value\(s\) \(the first in row 1\)"):

@@ -1,4 +1,4 @@
-"""#49 items 2 and 4 (mining): the kNN search with its index shards held by Ray actors (`hf_laser.on_ray`) gives
+"""#49 items 2 and 4 (mining): the kNN search with its index shards held by Ray actors (`hf_laser.mining.on_ray`) gives
 single-process `knn_search`'s result bit for bit with the same shards, `hf-laser mine --ray` the single-process
 pairs on a real BUCC-format corpus, a searcher killed mid-search changes nothing, and a killed driver's run resumes
 from its finished shards; a worker node removed mid-mining changes no pair."""
@@ -21,7 +21,7 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip ins
 pytest.importorskip("faiss", reason="mining needs faiss (pip install 'hf-laser[mining]')")
 
 from hf_laser.mining import knn_search  # noqa: E402
-from hf_laser.on_ray import knn_search_on_ray  # noqa: E402
+from hf_laser.mining.on_ray import knn_search_on_ray  # noqa: E402
 
 BUCC_DE_EN = SHARED / "data" / "mining" / "de-en"
 

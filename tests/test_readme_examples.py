@@ -87,7 +87,7 @@ def test_the_shell_blocks_run_in_order(workdir):
     pairs = (workdir / "pairs.tsv").read_text(encoding="utf-8").splitlines()
     assert pairs and all(len(line.split("\t")) == 3 for line in pairs)
     assert (workdir / "laser-93langs" / "config.json").is_file() and (workdir / "laser2" / "config.json").is_file()
-    from hf_laser.plain_config import PlainLaserConfig
+    from hf_laser.modeling.plain_config import PlainLaserConfig
 
     dim = PlainLaserConfig.from_directory(workdir / "laser-93langs").embedding_dim  # (the reference checkpoint's)
     assert np.load(workdir / "de.npy").shape == (8, dim)

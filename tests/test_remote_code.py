@@ -141,7 +141,7 @@ def test_shipped_model_written_by_save_pretrained_without_hf_laser(bare_python, 
 def test_laser2_and_laser3_directories_with_sentencepiece_only(tiny_laser2_dir, tmp_path):
     from laser3_helpers import CVOCAB, FIXTURES, SPM, fixture_sentences
 
-    from hf_laser.convert import convert
+    from hf_laser.checkpoints.convert import convert
 
     python = make_bare_venv(tmp_path / "venv", BARE + ["sentencepiece"])
     fr = lines("tatoeba.fra-eng.fra", 100)

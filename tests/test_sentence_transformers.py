@@ -139,7 +139,7 @@ def test_overlong_sentence_is_truncated_like_laser_encoder(tiny_model_dir):
     model = load(tiny_model_dir)
     encoder = LaserEncoder.from_pretrained(tiny_model_dir)
     from hf_laser.encoder import DEFAULT_MAX_SENTENCE_TOKENS  # noqa: PLC0415
-    from hf_laser.sentence_transformers_laser import DEFAULT_MAX_SEQ_LENGTH  # noqa: PLC0415
+    from hf_laser.integrations.sentence_transformers_laser import DEFAULT_MAX_SEQ_LENGTH  # noqa: PLC0415
 
     assert model.max_seq_length == DEFAULT_MAX_SEQ_LENGTH == DEFAULT_MAX_SENTENCE_TOKENS
     lines = ["Il pleut.", " ".join(["maison"] * 40), "Bonjour le monde."]

@@ -28,7 +28,7 @@ require_serve_extra()
 import requests  # noqa: E402
 
 from hf_laser import DEFAULT_MODEL  # noqa: E402
-from hf_laser.plain_config import PlainLaserConfig  # noqa: E402
+from hf_laser.modeling.plain_config import PlainLaserConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = {lang: (REPO / "examples" / f"{lang}.txt").read_text(encoding="utf-8").splitlines()

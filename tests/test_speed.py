@@ -16,7 +16,7 @@ from conftest import SHARED, read_lines
 from test_cpu import NONE, x86
 
 from hf_laser import DEFAULT_MODEL
-from hf_laser.cpu import cpu_info, from_flags
+from hf_laser.speed.cpu import cpu_info, from_flags
 from hf_laser.encoder import LaserEncoder
 from hf_laser.speed import ModelShape, SpeedChoice, choose, resolve
 
@@ -101,7 +101,7 @@ def test_every_pickable_transformer_mode_keeps_the_cosine(mode, tmp_path):
     sentences in 5 languages, in each mode `auto` can pick for a transformer: cosine to float32 of at least 0.999."""
     from laser3_helpers import CVOCAB, FIXTURES, SPM, fixture_sentences, require_shared  # noqa: PLC0415
 
-    from hf_laser.convert import convert  # noqa: PLC0415
+    from hf_laser.checkpoints.convert import convert  # noqa: PLC0415
 
     require_shared()
     directory = convert(FIXTURES / "tiny-omegaconf.pt", tmp_path / "tiny", spm_model=SPM, spm_vocab=CVOCAB)

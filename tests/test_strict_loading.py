@@ -17,7 +17,7 @@ from transformers import AutoModel
 
 import hf_laser
 from hf_laser import LaserConfig, LaserModel
-from hf_laser.modeling_laser import LaserForPreTraining, LaserForSequenceClassification
+from hf_laser.modeling.modeling_laser import LaserForPreTraining, LaserForSequenceClassification
 
 SMALL = dict(vocab_size=20, embed_dim=4, hidden_size=5, num_layers=2, decoder_embed_dim=3, decoder_hidden_size=6,
              classifier_hidden_sizes=[4], num_labels=3)
@@ -180,7 +180,7 @@ def test_classifier_with_other_num_labels_needs_ignore_mismatched_sizes(tmp_path
 
 def test_converted_reference_checkpoint_loads_strictly(tmp_path):
     require_shared(TINY_CHECKPOINT)
-    from hf_laser.convert import convert
+    from hf_laser.checkpoints.convert import convert
 
     out = convert(TINY_CHECKPOINT, tmp_path / "tiny", no_tokenizer=True)
     assert AutoModel.from_pretrained(out).config.vocab_size == 63021

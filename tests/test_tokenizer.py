@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import BPE_CODES, BPE_VOCAB, LASER2, REFERENCE, REPO, SHARED, TINY_CHECKPOINT, require_shared
 
-from hf_laser.tokenization_laser import LaserTextPipeline, LaserTokenizer, read_lines as stream_lines
+from hf_laser.text.tokenization_laser import LaserTextPipeline, LaserTokenizer, read_lines as stream_lines
 
 
 def read_lines(path) -> list[str]:
@@ -24,7 +24,7 @@ LASER2_SPM = LASER2 / "laser2-ref.spm"
 
 
 def needs_preprocessing():
-    pytest.importorskip("hf_laser.preprocessing", reason="needs hf_laser.preprocessing")
+    pytest.importorskip("hf_laser.text.preprocessing", reason="needs hf_laser.text.preprocessing")
 
 
 def tatoeba_langs() -> dict[str, str]:

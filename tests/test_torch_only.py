@@ -1,4 +1,4 @@
-"""The torch-only inference path (`hf_laser.bilstm.LaserBiLSTM` with `PlainLaserConfig`, `LaserTextTokenizer`,
+"""The torch-only inference path (`hf_laser.modeling.bilstm.LaserBiLSTM` with `PlainLaserConfig`, `LaserTextTokenizer`,
 `LaserEncoder.from_pretrained(torch_only=True)`, used by the command line): the same embeddings, ids and model
 identity as `LaserModel` + `LaserTokenizer`, a fall-back to their `from_pretrained` (and its error messages) for
 anything but a plain directory, and a command line that never imports transformers."""
@@ -18,13 +18,13 @@ from conftest import REFERENCE, read_lines, reference_embeddings
 from safetensors.torch import load_file, save_file
 
 from hf_laser import DEFAULT_MODEL
-from hf_laser.bilstm import LaserBiLSTM
+from hf_laser.modeling.bilstm import LaserBiLSTM
 from hf_laser.encoder import LaserEncoder
-from hf_laser.modeling_laser import LaserModel
+from hf_laser.modeling.modeling_laser import LaserModel
 from hf_laser.outputs import config_identity, model_sha256
-from hf_laser.plain_config import LASER_CONFIG_DEFAULTS, PlainLaserConfig
-from hf_laser.text_tokenizer import LaserTextTokenizer
-from hf_laser.tokenization_laser import LaserTokenizer
+from hf_laser.modeling.plain_config import LASER_CONFIG_DEFAULTS, PlainLaserConfig
+from hf_laser.text.text_tokenizer import LaserTextTokenizer
+from hf_laser.text.tokenization_laser import LaserTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +66,8 @@ def test_shipped_model_same_embeddings_in_every_mode(mode):
 @pytest.mark.parametrize("shape", [dict(num_layers=1, bidirectional=True), dict(num_layers=3, bidirectional=True),
                                    dict(num_layers=2, bidirectional=False)])
 def test_parameter_shapes_are_those_of_the_built_encoder(shape):
-    from hf_laser.bilstm import parameter_shapes
-    from hf_laser.configuration_laser import LaserConfig
+    from hf_laser.modeling.bilstm import parameter_shapes
+    from hf_laser.modeling.configuration_laser import LaserConfig
 
     config = LaserConfig(vocab_size=30, embed_dim=6, hidden_size=5, **shape)
     built = {name: list(t.shape) for name, t in LaserBiLSTM(config).state_dict().items()}
@@ -183,7 +183,7 @@ def test_cli_never_imports_transformers(tmp_path, command):
 def test_plain_config_defaults_and_checks_are_laser_configs():
     import inspect
 
-    from hf_laser.configuration_laser import LaserConfig
+    from hf_laser.modeling.configuration_laser import LaserConfig
 
     params = inspect.signature(LaserConfig.__init__).parameters
     signature = {k: p.default for k, p in params.items() if k not in ("self", "kwargs")}
@@ -200,7 +200,7 @@ def test_plain_config_defaults_and_checks_are_laser_configs():
 
 
 def test_identity_covers_the_laser_parameters_not_transformers_generic_attributes(tiny_model_dir):
-    from hf_laser.configuration_laser import LaserConfig
+    from hf_laser.modeling.configuration_laser import LaserConfig
 
     model = LaserBiLSTM.from_directory(tiny_model_dir)
     before = model_sha256(model)

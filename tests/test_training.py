@@ -22,8 +22,8 @@ from transformers import AutoModel
 
 import hf_laser  # noqa: F401  (registers the "laser" model type)
 from hf_laser import LaserConfig, LaserModel
-from hf_laser.bpe import read_codes, read_vocab
-from hf_laser.modeling_laser import LaserForPreTraining, shift_tokens_right
+from hf_laser.text.bpe import read_codes, read_vocab
+from hf_laser.modeling.modeling_laser import LaserForPreTraining, shift_tokens_right
 
 sys.path.insert(0, str(REPO))
 from training.data import (  # noqa: E402
@@ -214,7 +214,7 @@ def test_learn_bpe_writes_fastbpe_files_that_round_trip(small_tokenizer):
     stats = json.loads((out / "bpe_stats.json").read_text())
     assert all(r["failures"] == 0 and r["lines"] > 0 for r in stats["roundtrip"].values())
     # applying the codes with LaserTokenizer gives subwords that join back into the preprocessed text
-    from hf_laser.tokenization_laser import LaserTokenizer
+    from hf_laser.text.tokenization_laser import LaserTokenizer
 
     reloaded = LaserTokenizer.from_pretrained(str(out))
     text = "Big dog reads old letter."  # words of the BPE training text
@@ -342,7 +342,7 @@ def test_unknown_language_code_warns_and_uses_the_defaults(tmp_path, small_token
     write(tmp_path / "u" / "news.qqq-en.en", ["man dog"])
     cfg = {"corpora": [str(tmp_path / "u")], "source_languages": ["qqq"], "target_languages": ["en"],
            "max_length": 20, "cache_dir": str(tmp_path / "cache")}
-    from hf_laser import preprocessing
+    from hf_laser.text import preprocessing
 
     preprocessing._warned_codes.discard("qqq")
     with pytest.warns(UserWarning, match="unknown language code 'qqq'.*Moses defaults"):

@@ -262,7 +262,7 @@ def main(argv=None) -> int:
     from transformers import get_scheduler
 
     from hf_laser import LaserModel, LaserTokenizer
-    from hf_laser.model_card import write_model_card
+    from hf_laser.checkpoints.model_card import write_model_card
     from hf_laser.models import resolve_model
 
     args.model = str(resolve_model(args.model, who="align_words"))

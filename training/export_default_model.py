@@ -5,7 +5,7 @@
 
 The weights of `OUT/final` are stored in float16 (half the bytes; `config.json` keeps `dtype: float32`, so
 `from_pretrained` loads them as float32), next to the tokenizer files and a model card (`README.md`, also copied to
-the repository's `model_card.md`) built from `OUT/report.json`; no code files (`hf_laser.integration_files.
+the repository's `model_card.md`) built from `OUT/report.json`; no code files (`hf_laser.checkpoints.integration_files.
 remove_remote_code`: `save_pretrained` / `hf-laser push` write them from the package's sources). The cost of the
 float16 storage is measured on the spot: the largest embedding difference against the float32 weights and the
 Tatoeba errors of the `FOCUS` languages with both, written into the card, and so is the Tatoeba error on pairs whose
@@ -38,7 +38,7 @@ def save_half(run: Path, dest: Path) -> None:
     """Weights (float16), config, tokenizer files; no code: the package registers `laser`, and a directory for the
     Hub (`save_pretrained`, `hf-laser push`) gets its code from the package's sources."""
     from hf_laser import LaserModel, LaserTokenizer
-    from hf_laser.integration_files import remove_remote_code
+    from hf_laser.checkpoints.integration_files import remove_remote_code
 
     model = LaserModel.from_pretrained(run / "final", dtype=torch.float32)
     model.half().save_pretrained(dest)

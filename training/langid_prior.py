@@ -1,4 +1,4 @@
-"""Builds `src/hf_laser/data/langid_prior.tsv`: how often each language is written in everyday short sentences, the
+"""Builds `src/hf_laser/text/data/langid_prior.tsv`: how often each language is written in everyday short sentences, the
 prior that `lang="auto"` multiplies the detector's probabilities by (a 2-word German sentence was labelled Walloon).
 
 The counts are the distinct sentences per language of the Tatoeba pairs outside the v1 test set
@@ -10,7 +10,7 @@ without losing accuracy on its sentences of any length, nor more than half a poi
 
 Usage::
 
-    python training/langid_prior.py [--data ../shared/data/parallel/train/tatoeba] [--out src/hf_laser/data/langid_prior.tsv]
+    python training/langid_prior.py [--data ../shared/data/parallel/train/tatoeba] [--out src/hf_laser/text/data/langid_prior.tsv]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from hf_laser import langid  # noqa: E402
+from hf_laser.text import langid  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "parallel" / "train" / "tatoeba"
 ALPHAS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0)

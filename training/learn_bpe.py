@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run as a script: make `training` (and, if not i
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.path.append(str(Path(__file__).resolve().parents[1] / "src"))
 
-from hf_laser.bpe import END_WORD, split_symbols  # noqa: E402
+from hf_laser.text.bpe import END_WORD, split_symbols  # noqa: E402
 
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")  # ids 0..3, as in the LASER dictionaries
 
@@ -62,7 +62,7 @@ def balance_lines(lines_by_lang: dict[str, Sequence[str]], *, alpha: float = 0.5
 
 
 def _preprocess(args: tuple[str, list[str]]) -> list[str]:
-    from hf_laser.preprocessing import preprocess
+    from hf_laser.text.preprocessing import preprocess
 
     lang, lines = args
     return preprocess(lines, lang)
@@ -167,7 +167,7 @@ def learn_bpe(lines_by_lang: dict[str, Sequence[str]], output_dir: str | Path, *
               log=print):
     """Samples, preprocesses, learns `merges` BPE merges and writes a `LaserTokenizer` directory; returns the
     tokenizer. Raises if applying the codes does not round-trip the sampled text."""
-    from hf_laser.tokenization_laser import LaserTokenizer
+    from hf_laser.text.tokenization_laser import LaserTokenizer
 
     output_dir = Path(output_dir)
     sample = balance_lines(lines_by_lang, alpha=alpha, max_lines=max_lines, seed=seed)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hf_laser.modeling_laser import shift_tokens_right
+from hf_laser.modeling.modeling_laser import shift_tokens_right
 
 OBJECTIVES = ("translation", "ranking", "translation+ranking", "distillation")
 

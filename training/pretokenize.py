@@ -36,7 +36,7 @@ if __package__ in (None, ""):
 
 import yaml  # noqa: E402
 
-from hf_laser.tokenization_laser import LaserTokenizer  # noqa: E402
+from hf_laser.text.tokenization_laser import LaserTokenizer  # noqa: E402
 from training.data import (  # noqa: E402
     PRETOKENIZED_MANIFEST,
     _lang_files,

@@ -74,7 +74,7 @@ CORPUS_KEYS = {"ku": "kmr_Latn", "br": "bre_Latn"}
 
 def student_key(lang: str) -> str:
     """The set's key of a corpus code: `ta` → `tam_Taml`, `ku` → `kmr_Latn`, `br` → `bre_Latn`."""
-    from hf_laser.languages import student_code
+    from hf_laser.text.languages import student_code
 
     return CORPUS_KEYS.get(lang) or student_code(lang)
 

@@ -39,11 +39,11 @@ from accelerate.utils import ProjectConfiguration, set_seed  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 
-from hf_laser.configuration_laser import LaserConfig  # noqa: E402
+from hf_laser.modeling.configuration_laser import LaserConfig  # noqa: E402
 from hf_laser.encoder import plan_batches  # noqa: E402
-from hf_laser.model_card import write_model_card  # noqa: E402
-from hf_laser.modeling_laser import LaserForPreTraining, LaserModel  # noqa: E402
-from hf_laser.tokenization_laser import LaserTokenizer  # noqa: E402
+from hf_laser.checkpoints.model_card import write_model_card  # noqa: E402
+from hf_laser.modeling.modeling_laser import LaserForPreTraining, LaserModel  # noqa: E402
+from hf_laser.text.tokenization_laser import LaserTokenizer  # noqa: E402
 from training.data import (  # noqa: E402
     BatchSchedule,
     check_corpus_weight_values,
@@ -726,7 +726,7 @@ def main(argv=None) -> int:
         **{**cfg["model"], **({} if uses_decoder(tr["objective"]) else {"decoder_num_layers": 0})},
     )
     if tr["objective"] == "distillation":
-        from hf_laser.languages import flores_codes
+        from hf_laser.text.languages import flores_codes
 
         # a student of one language records it, as hf-laser convert does for LASER3 students: a list of directories
         # (teacher, students) or a model set then routes that language's sentences to it

@@ -7,7 +7,7 @@ with the transformers Auto classes and the `laser-sentence-embedding` pipeline a
 * when `transformers.models.auto.configuration_auto` is imported (by `from transformers import AutoConfig`,
   `AutoModel`, `AutoTokenizer`, `pipeline` ...), `laser` is registered with `AutoConfig`;
 * when transformers resolves the model type `laser` (`AutoConfig/AutoModel/AutoTokenizer.from_pretrained(dir)`,
-  `AutoConfig.for_model("laser")`), or `hf_laser.modeling_laser` is imported (any of `hf_laser.LaserModel`,
+  `AutoConfig.for_model("laser")`), or `hf_laser.modeling.modeling_laser` is imported (any of `hf_laser.LaserModel`,
   `LaserEncoder` ...), the models are registered with `AutoModel`, `AutoModelForPreTraining` and
   `AutoModelForSequenceClassification`, and the tokenizer with `AutoTokenizer`;
 * when `transformers.tokenization_auto` is imported, the tokenizer is registered with `AutoTokenizer`;
@@ -33,14 +33,14 @@ __version__ = "0.1.0"
 
 # public name -> submodule that defines it
 _LAZY_ATTRS = {
-    "LaserConfig": "configuration_laser",
-    "LaserModel": "modeling_laser",
-    "LaserPreTrainedModel": "modeling_laser",
-    "LaserForPreTraining": "modeling_laser",
-    "LaserForSequenceClassification": "modeling_laser",
-    "LaserClassificationHead": "modeling_laser",
-    "LaserClassificationCollator": "modeling_laser",
-    "LaserTokenizer": "tokenization_laser",
+    "LaserConfig": "modeling.configuration_laser",
+    "LaserModel": "modeling.modeling_laser",
+    "LaserPreTrainedModel": "modeling.modeling_laser",
+    "LaserForPreTraining": "modeling.modeling_laser",
+    "LaserForSequenceClassification": "modeling.modeling_laser",
+    "LaserClassificationHead": "modeling.modeling_laser",
+    "LaserClassificationCollator": "modeling.modeling_laser",
+    "LaserTokenizer": "text.tokenization_laser",
     "LaserEncoder": "encoder",
 }
 
@@ -60,9 +60,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .configuration_laser import LaserConfig
+    from .modeling.configuration_laser import LaserConfig
     from .encoder import LaserEncoder
-    from .modeling_laser import (
+    from .modeling.modeling_laser import (
         LaserClassificationCollator,
         LaserClassificationHead,
         LaserForPreTraining,
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
         LaserModel,
         LaserPreTrainedModel,
     )
-    from .tokenization_laser import LaserTokenizer
+    from .text.tokenization_laser import LaserTokenizer
 
 
 def __getattr__(name: str):
@@ -90,8 +90,8 @@ def __dir__():
 _CONFIG_AUTO = "transformers.models.auto.configuration_auto"
 _TOKENIZATION_AUTO = "transformers.models.auto.tokenization_auto"
 _PIPELINES = "transformers.pipelines"
-_MODELING = f"{__name__}.modeling_laser"
-_CONFIGURATION = f"{__name__}.configuration_laser"
+_MODELING = f"{__name__}.modeling.modeling_laser"
+_CONFIGURATION = f"{__name__}.modeling.configuration_laser"
 
 _done: set[str] = set()
 
@@ -125,7 +125,7 @@ class _ConfigTrigger(dict):
 def _register_config() -> None:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from .configuration_laser import LaserConfig
+    from .modeling.configuration_laser import LaserConfig
 
     CONFIG_MAPPING.register("laser", LaserConfig, exist_ok=True)
     if "models" not in _done and type(CONFIG_MAPPING._extra_content) is dict:
@@ -133,12 +133,8 @@ def _register_config() -> None:
 
 
 def _register_config_class() -> None:
-    from .configuration_laser import LaserConfig
-
-    # saved directories carry the code and an `auto_map`: they load with trust_remote_code=True without hf_laser.
-    # (What `LaserConfig.register_for_auto_class()` sets, without its check, which imports the Auto classes.)
-    if LaserConfig._auto_class is None:
-        LaserConfig._auto_class = "AutoConfig"
+    # Saved directories carry the code and an `auto_map`, written by checkpoints/integration_files.py (not by
+    # `register_for_auto_class`, whose copier would copy the package's files unflattened).
     if _CONFIG_AUTO in sys.modules:
         _once("config", _register_config)
 
@@ -146,8 +142,8 @@ def _register_config_class() -> None:
 def _register_tokenizer() -> None:
     from transformers.models.auto.tokenization_auto import AutoTokenizer
 
-    from .configuration_laser import LaserConfig
-    from .tokenization_laser import LaserTokenizer
+    from .modeling.configuration_laser import LaserConfig
+    from .text.tokenization_laser import LaserTokenizer
 
     _once("config", _register_config)
     AutoTokenizer.register(LaserConfig, tokenizer_class=LaserTokenizer, exist_ok=True)
@@ -161,17 +157,13 @@ def _register_models_now() -> None:
         AutoModelForSequenceClassification,
     )
 
-    from .configuration_laser import LaserConfig
-    from .modeling_laser import LaserForPreTraining, LaserForSequenceClassification, LaserModel
+    from .modeling.configuration_laser import LaserConfig
+    from .modeling.modeling_laser import LaserForPreTraining, LaserForSequenceClassification, LaserModel
 
     _once("config", _register_config)
     AutoModel.register(LaserConfig, LaserModel, exist_ok=True)
     AutoModelForPreTraining.register(LaserConfig, LaserForPreTraining, exist_ok=True)
     AutoModelForSequenceClassification.register(LaserConfig, LaserForSequenceClassification, exist_ok=True)
-    LaserConfig.register_for_auto_class()
-    LaserModel.register_for_auto_class("AutoModel")
-    LaserForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-    LaserForPreTraining.register_for_auto_class("AutoModelForPreTraining")
     _once("tokenizer", _register_tokenizer)
     if isinstance(CONFIG_MAPPING._extra_content, _ConfigTrigger):
         CONFIG_MAPPING._extra_content = dict(CONFIG_MAPPING._extra_content)
@@ -182,7 +174,7 @@ def _register_models() -> None:
 
 
 def _register_pipeline() -> None:
-    importlib.import_module(f"{__name__}.pipelines")  # registers the task on import
+    importlib.import_module(f"{__name__}.integrations.pipelines")  # registers the task on import
 
 
 def register_auto_classes() -> None:
@@ -268,3 +260,45 @@ class _PostImportFinder:
 
 
 _PostImportFinder.install()
+
+
+# ------------------------------------------------------------------------------------------- moved modules
+# Before the subpackages (0.2), every module stood at the top: `hf_laser.modeling_laser`, and a shipped-form
+# directory's modules.json names `hf_laser.sentence_transformers_laser...`. Those paths still import, as the module
+# at its new place (the same object), with a DeprecationWarning that names it.
+_MOVED = {
+    **{name: f"text.{name}" for name in ("preprocessing", "nonbreaking_prefixes", "bpe", "text_tokenizer",
+                                         "tokenization_laser", "langid", "languages")},
+    **{name: f"modeling.{name}" for name in ("configuration_laser", "modeling_laser", "bilstm", "bilstm_numpy",
+                                             "transformer", "plain_config", "plain_weights")},
+    **{name: f"checkpoints.{name}" for name in ("convert", "fairseq_checkpoint", "download", "integration_files",
+                                                "hub", "model_card")},
+    **{name: f"integrations.{name}" for name in ("pipelines", "pipeline_laser", "sentence_transformers_laser",
+                                                 "sentence_transformers_sets", "mteb")},
+    "cpu": "speed.cpu",
+    "on_ray": "mining.on_ray",
+}
+
+
+class _MovedModuleLoader:
+    def __init__(self, new: str):
+        self.new = new
+
+    def create_module(self, spec):
+        warnings.warn(f"{spec.name} moved to {self.new}: import it from there", DeprecationWarning, stacklevel=2)
+        return importlib.import_module(self.new)
+
+    def exec_module(self, module) -> None:  # already executed under its new name
+        pass
+
+
+class _MovedModuleFinder:
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        prefix, _, name = fullname.partition(".")
+        if prefix != __name__ or name not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, _MovedModuleLoader(f"{__name__}.{_MOVED[name]}"))
+
+
+sys.meta_path.append(_MovedModuleFinder)

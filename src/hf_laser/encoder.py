@@ -29,20 +29,20 @@ from tqdm.auto import tqdm
 
 from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError, one_line, run_cli  # noqa: F401 (re-exported)
-from .integration_files import has_laser_tokenizer
-from .langid import CHECK_SAMPLE, warn_at_caller
+from .checkpoints.integration_files import has_laser_tokenizer
+from .text.langid import CHECK_SAMPLE, warn_at_caller
 from .outputs import (MANIFEST_FORMAT, OutputFiles, embedding_identity, identity_changes,  # noqa: F401 (re-exported)
                       model_sha256, output_lock, scan_input, tokenizer_sha256, write_json_atomic)
 from .models import check_model_dir, looks_local, resolve_model  # noqa: F401 (re-exported)
-from .text_tokenizer import LaserInputError, LaserTextTokenizer, _check_lang, _check_lines_arg
-from .text_tokenizer import read_lines as tokenizer_read_lines
+from .text.text_tokenizer import LaserInputError, LaserTextTokenizer, _check_lang, _check_lines_arg
+from .text.text_tokenizer import read_lines as tokenizer_read_lines
 
 if TYPE_CHECKING:
     import torch
 
-    from .bilstm import LaserBiLSTM
-    from .bilstm_numpy import NumpyLaserBiLSTM
-    from .modeling_laser import LaserModel
+    from .modeling.bilstm import LaserBiLSTM
+    from .modeling.bilstm_numpy import NumpyLaserBiLSTM
+    from .modeling.modeling_laser import LaserModel
 
 ENGINES = ("torch", "numpy", "auto")
 
@@ -212,7 +212,7 @@ class LaserEncoder:
                                                       quantize=quantize, torch_only=torch_only, engine=engine,
                                                       **({"speed": speed} if speed is not None else {}), **kwargs)
         if isinstance(path, str) and not Path(path).exists():
-            from .download import resolve_named_model
+            from .checkpoints.download import resolve_named_model
 
             # "laser2" / "laser3-wol_Latn": the original release, fetched and converted once into the cache
             path = resolve_named_model(path) or path
@@ -251,13 +251,13 @@ class LaserEncoder:
                 raise ValueError(f"engine='numpy' cannot load {path}: {why_not}; use engine='torch'")
         import torch
 
-        from .bilstm import LaserBiLSTM
+        from .modeling.bilstm import LaserBiLSTM
 
         model = LaserBiLSTM.from_directory(path) if torch_only and not kwargs else None
         if model is None:
             from transformers.utils import logging as hf_logging
 
-            from .modeling_laser import LaserModel
+            from .modeling.modeling_laser import LaserModel
 
             quiet = torch_only and Path(path).is_dir() and hf_logging.is_progress_bar_enabled()
             if quiet:  # the command lines' loading: no "Loading weights" bar for a local directory
@@ -277,7 +277,7 @@ class LaserEncoder:
             dtype = torch.float32
         weights_sha256 = model_sha256(model) if dtype is not None or quantize is not None else None
         if dtype is not None:
-            from .cpu import emulated_dtype_message
+            from .speed.cpu import emulated_dtype_message
 
             slow = emulated_dtype_message(dtype, device, flag=f"dtype={dtype}")
             if slow:
@@ -288,7 +288,7 @@ class LaserEncoder:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             if device is not None and torch.device(device).type != "cpu":
                 raise ValueError("int8 dynamic quantisation runs on CPU only")
-            from .cpu import cpu_info, int8_without_kernels_message
+            from .speed.cpu import cpu_info, int8_without_kernels_message
 
             slow = int8_without_kernels_message(cpu_info())
             if slow:
@@ -563,7 +563,7 @@ class LaserEncoder:
         Args:
             sentences: a sentence or a list of sentences (raw text, or BPE tokens with `pretokenized=True`).
             lang: language of the text for the LASER preprocessing: one code for all (`"fr"`, `"zh"` ...), one
-                per sentence, or `"auto"` to detect it per sentence ([`hf_laser.langid`]). None: the tokenizer's
+                per sentence, or `"auto"` to detect it per sentence ([`hf_laser.text.langid`]). None: the tokenizer's
                 default language (`"en"` unless the model directory configures another), checked against the
                 text: a `UserWarning` says when (a sample of) the sentences looks like another language.
             max_tokens: token budget per batch (the original's default 12000); bounds memory.
@@ -786,7 +786,7 @@ def _resolve_speed(speed: str, path, device, kwargs):
         device_type = torch.device(device).type
     if speed != "auto":
         return resolve(speed, None, None, device_type)
-    from .cpu import cpu_info
+    from .speed.cpu import cpu_info
 
     config_file = Path(str(path)).expanduser() / "config.json"
     if not config_file.is_file():
@@ -814,7 +814,7 @@ def _why_not_numpy(path, device, dtype, quantize, kwargs) -> str | None:
 
 
 def _load_numpy_model(path):
-    from .bilstm_numpy import NumpyLaserBiLSTM
+    from .modeling.bilstm_numpy import NumpyLaserBiLSTM
 
     return NumpyLaserBiLSTM.from_directory(path)
 
@@ -826,7 +826,7 @@ def _load_tokenizer(path, *, plain: bool):
     try:
         tokenizer = LaserTextTokenizer.from_directory(path) if plain else None
         if tokenizer is None:
-            from .tokenization_laser import LaserTokenizer
+            from .text.tokenization_laser import LaserTokenizer
 
             tokenizer = LaserTokenizer.from_pretrained(path)
     except (OSError, ValueError):

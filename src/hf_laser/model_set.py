@@ -50,7 +50,7 @@ def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike 
     of languages outside FLORES-200 ([`~languages.student_code`]); directories as paths from here, stored relative
     to `directory`; one directory may be the student of several languages). Every member must be a converted model directory (`config.json`)
     with the same embedding size. Returns the set's file."""
-    from .languages import student_code
+    from .text.languages import student_code
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -95,7 +95,7 @@ def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike 
 
 def read_model_set(directory: str | os.PathLike) -> tuple[Path | None, dict[str, Path]]:
     """`(default directory or None, {FLORES code: student directory})` of a set, paths resolved."""
-    from .languages import is_student_code
+    from .text.languages import is_student_code
 
     directory = Path(directory).expanduser()
     path = directory / SET_FILE
@@ -192,8 +192,8 @@ class RoutedLaserEncoder:
 
     def route(self, lang: str) -> str:
         """The member (`"default"` or a FLORES code) that embeds text in `lang` (see the module docstring)."""
-        from .languages import flores_codes, is_flores_code, names_student
-        from .preprocessing import _KNOWN_CODES, normalize_lang
+        from .text.languages import flores_codes, is_flores_code, names_student
+        from .text.preprocessing import _KNOWN_CODES, normalize_lang
 
         if not isinstance(lang, str) or not lang.strip():
             raise UnknownLanguage(f"a model set needs a language per sentence, got {lang!r}")
@@ -265,8 +265,8 @@ class RoutedLaserEncoder:
     def _member_lang(self, lang: str) -> tuple[str, str]:
         """`(member, language for its tokenizer)`: a student gets its FLORES code, the default model the code given,
         or the FLORES code of a language given by name (its preprocessing knows codes, not names)."""
-        from .languages import flores_codes
-        from .preprocessing import _KNOWN_CODES, normalize_lang
+        from .text.languages import flores_codes
+        from .text.preprocessing import _KNOWN_CODES, normalize_lang
 
         key = self.route(lang)
         if key != "default":

@@ -35,7 +35,7 @@ import numpy as np
 
 from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError
-from .langid import detector_version, is_auto
+from .text.langid import detector_version, is_auto
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -93,7 +93,7 @@ def config_identity(config) -> dict:
     """The config values a model's identity covers. A LASER config (`LaserConfig` or the transformers-free
     `PlainLaserConfig`, which give the same): its own parameters, not the generic attributes transformers adds,
     whose set changes with transformers' version. Another config: all its values but metadata such as its path."""
-    from .plain_config import LASER_CONFIG_DEFAULTS
+    from .modeling.plain_config import LASER_CONFIG_DEFAULTS
 
     values = config.to_dict()
     if values.get("model_type") == "laser":

@@ -44,7 +44,7 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     dtype = kwargs.get("dtype") if choice is None else choice.dtype()
     slow = dtype is not None and slow_cpu_dtype_message(dtype, kwargs.get("device") or "cpu")
     if getattr(encoder, "quantize", None) == "int8":
-        from ..cpu import cpu_info, int8_without_kernels_message
+        from ..speed.cpu import cpu_info, int8_without_kernels_message
 
         slow = slow or int8_without_kernels_message(cpu_info(), flag="--int8")
     if slow:
@@ -59,9 +59,9 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
 
 
 def slow_cpu_dtype_message(dtype, device) -> str | None:
-    """Why `--dtype bfloat16` / `float16` will be slow on this CPU ([`hf_laser.cpu.emulated_dtype_message`]), or
+    """Why `--dtype bfloat16` / `float16` will be slow on this CPU ([`hf_laser.speed.cpu.emulated_dtype_message`]), or
     None."""
-    from ..cpu import emulated_dtype_message
+    from ..speed.cpu import emulated_dtype_message
 
     dtype_name = str(dtype).removeprefix("torch.")
     return emulated_dtype_message(dtype, device, flag=f"--dtype {dtype_name}", int8="--int8")
@@ -72,20 +72,20 @@ def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | No
     as LASER3 lists them (`french`, `wolof`: returned as its FLORES-200 code, `fra_Latn`); anything else is a
     [`UsageError`] (`fr,en`, `123`, `../etc`). A well-formed code without LASER rules of its own is accepted with one
     line on stderr (in place of the library's warning). Returns the language to use."""
-    from ..langid import is_auto
+    from ..text.langid import is_auto
 
     if lang is None or is_auto(lang):
         return lang
     if not lang.strip():
         raise UsageError(f"{flag} lang is an empty string: give a language code (en, fr, zh, ...) or auto")
-    from ..languages import LANG_CODE, check_language
+    from ..text.languages import LANG_CODE, check_language
 
     if not LANG_CODE.match(lang):
         try:
             return check_language(lang)
         except ValueError as err:
             raise UsageError(f"{flag} {err}") from None
-    from ..preprocessing import _KNOWN_CODES, _warned_codes, normalize_lang
+    from ..text.preprocessing import _KNOWN_CODES, _warned_codes, normalize_lang
 
     code = normalize_lang(lang)
     if code not in _KNOWN_CODES and code not in _warned_codes:
@@ -219,7 +219,7 @@ def spool_stream(source, name: str) -> str:
 
 
 def add_ray_arguments(parser: argparse.ArgumentParser, *, searchers: bool = False) -> None:
-    """`--ray [ADDRESS]` and the actor counts of `hf_laser.on_ray` (`searchers`: the kNN search's too)."""
+    """`--ray [ADDRESS]` and the actor counts of `hf_laser.mining.on_ray` (`searchers`: the kNN search's too)."""
     parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                         help="run on Ray (the ray extra): the cluster at ADDRESS, else $RAY_ADDRESS's, else a local "
                              "Ray on this machine; the shards are given out to encoder actors (a dead one is "

@@ -1,5 +1,5 @@
-"""`hf-laser convert` (also `python -m hf_laser.convert`): an original LASER checkpoint into a Hugging Face
-directory (`hf_laser.convert.convert`)."""
+"""`hf-laser convert` (also `python -m hf_laser.checkpoints.convert`): an original LASER checkpoint into a Hugging Face
+directory (`hf_laser.checkpoints.convert.convert`)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"hf-laser convert: error: {what} not found: {path}"
                   + (" (a directory)" if Path(path).is_dir() else ""), file=sys.stderr)
             return 2
-    from ..convert import NotALaserCheckpoint, convert
+    from ..checkpoints.convert import NotALaserCheckpoint, convert
 
     try:
         out = convert(
@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..convert import __doc__ as doc
+    from ..checkpoints.convert import __doc__ as doc
 
-    parser = argparse.ArgumentParser(prog="python -m hf_laser.convert", description=doc.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hf_laser.checkpoints.convert", description=doc.splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

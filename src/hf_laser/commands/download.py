@@ -1,5 +1,5 @@
 """`hf-laser download laser2 | laser3 LANG ...`: the original LASER2 / LASER3 files from Meta's addresses, checked,
-converted once into a model set in the cache (`hf_laser.download.fetch_models`)."""
+converted once into a model set in the cache (`hf_laser.checkpoints.download.fetch_models`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_models(tokens: list[str]) -> list[str]:
     """`["laser2", "laser3", "wolof", "zul"]` -> `["laser2", "wol_Latn", "zul_Latn"]` (UsageError when wrong)."""
-    from ..download import student_code
+    from ..checkpoints.download import student_code
 
     names, in_laser3 = [], False
     for token in tokens:
@@ -41,7 +41,7 @@ def parse_models(tokens: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..download import ModelsNotAvailable, fetch_models
+    from ..checkpoints.download import ModelsNotAvailable, fetch_models
 
     names = parse_models(args.models)
     try:

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from ..mining import _dist_env, embed_shards, load_embedding_shards
     from ..models import check_model_dir, resolve_model
-    from ..text_tokenizer import _check_lang
+    from ..text.text_tokenizer import _check_lang
 
     parquet = [path for _, path in args.input if _is_parquet(path)]
     if parquet and not getattr(args, "ray", None):
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         if args.nproc or args.rank is not None or args.world_size is not None:
             raise UsageError("--ray gives the shards out itself: drop --nproc / --rank / --world-size")
         connect_ray(args)
-        from ..on_ray import embed_files, embed_parquet
+        from ..mining.on_ray import embed_files, embed_parquet
 
         for lang, path in [(lang, path) for lang, path in args.input if _is_parquet(path)]:
             embed_parquet(path, args.embed_dir, model, lang=lang, text_column=args.text_column,

@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from .. import __version__
-    from ..cpu import MODES, cpu_info
+    from ..speed.cpu import MODES, cpu_info
 
     info = cpu_info()
     print(f"hf-laser {__version__}, Python {platform.python_version()}, torch {torch.__version__}"

@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         connect_ray(args)
         from functools import partial
 
-        from ..on_ray import knn_search_on_ray
+        from ..mining.on_ray import knn_search_on_ray
 
         knn = partial(knn_search_on_ray, num_searchers=args.num_searchers, gpus_per_searcher=args.gpus_per_searcher)
 
@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         embed_dir = Path(tmpdir.name)
     try:
         if args.ray:  # both files as shards by encoder actors (finished shards skipped), found below by identity
-            from ..on_ray import embed_files
+            from ..mining.on_ray import embed_files
 
             embed_files([(args.src_lang, args.src), (args.tgt_lang, args.tgt)], embed_dir, model,
                         num_encoders=args.num_encoders, gpus_per_encoder=args.gpus_per_encoder,

@@ -1,5 +1,5 @@
 """`hf-laser push`: a model directory, its model card with evaluation results, and the results files -> the Hub
-(`hf_laser.hub.push_to_hub`)."""
+(`hf_laser.checkpoints.hub.push_to_hub`)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..hub import push_to_hub
+    from ..checkpoints.hub import push_to_hub
 
     try:
         summary = push_to_hub(args.model_dir, args.repo_id, results_dir=args.results, private=args.private,
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    from ..hub import __doc__ as doc
+    from ..checkpoints.hub import __doc__ as doc
 
     parser = argparse.ArgumentParser(prog="hf-laser push", description=doc.split("\n\n")[0])
     add_arguments(parser)

@@ -55,8 +55,8 @@ def _read(path: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from ..models import resolve_model
-    from ..text_tokenizer import _check_lang
-    from ..langid import detect, is_auto
+    from ..text.text_tokenizer import _check_lang
+    from ..text.langid import detect, is_auto
     from .common import check_device_arg, check_lang_arg, load_encoder_for_cli
 
     try:

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
               "--lang auto to detect it per sentence", file=sys.stderr)
         return 2
     from ..models import check_local_dir, resolve_model
-    from ..text_tokenizer import LaserTextPipeline, LaserTextTokenizer
+    from ..text.text_tokenizer import LaserTextPipeline, LaserTextTokenizer
 
     try:
         check_lang_arg(args.lang, WHO)
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             check_local_dir(model)  # a missing local path is an error here, not a Hub id to look up
             tok = LaserTextTokenizer.from_directory(model)  # a plain directory: no transformers to import
             if tok is None:
-                from ..tokenization_laser import LaserTokenizer
+                from ..text.tokenization_laser import LaserTokenizer
 
                 tok = LaserTokenizer.from_pretrained(model)
             pipeline = tok.pipeline

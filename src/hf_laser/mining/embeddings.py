@@ -97,7 +97,7 @@ class ShardedEmbeddings(Embeddings):
 
     def __getstate__(self) -> dict:
         # a `.npy` memory map travels as its path (pickling a memmap would copy its rows), so handing a corpus of
-        # files to other processes (Ray actors of `hf_laser.on_ray`) costs nothing; they reopen the same files
+        # files to other processes (Ray actors of `hf_laser.mining.on_ray`) costs nothing; they reopen the same files
         state = dict(self.__dict__)
         state["shards"] = [(_NpyFile(a.filename, a.shape, str(a.dtype)) if _is_whole_npy_map(a) else a)
                            for a in self.shards]

@@ -71,7 +71,7 @@ def mine(
 
     Both kNN directions are always computed (the margin needs both neighbourhoods). See the module docstring and
     :func:`select_pairs` for the scoring and the selection modes, and :func:`knn_search` for the index options.
-    ``knn`` is the search itself, a function with :func:`knn_search`'s signature (``hf_laser.on_ray`` gives one that
+    ``knn`` is the search itself, a function with :func:`knn_search`'s signature (``hf_laser.mining.on_ray`` gives one that
     spreads the index shards over Ray actors); with ``knn_dir`` it is given ``out=`` arrays to fill (a result
     returned in arrays of its own is copied into them).
 

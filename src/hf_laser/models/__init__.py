@@ -5,7 +5,7 @@
 original LASER models (convert those with `hf-laser convert`); it exists so that embedding works out of the box.
 The directory holds weights, configuration, tokenizer files, model card and plot, no code: with the package
 installed the `laser` type is registered, and a directory for the Hub (`save_pretrained`, `hf-laser push`) gets
-its remote code from the package's sources (`hf_laser.integration_files`). `LASER_MINI_SET` (`laser-mini-set`) is
+its remote code from the package's sources (`hf_laser.checkpoints.integration_files`). `LASER_MINI_SET` (`laser-mini-set`) is
 a model set beside it: laser-mini, and distilled students for the languages where a student beats it on
 FLORES-200 by more than the test set's sampling noise (the set's README.md lists them).
 
@@ -81,7 +81,7 @@ def check_local_dir(model: str | os.PathLike) -> None:
     """[`UsageError`] when `model` means a local directory that is missing, or is a file; a Hub id passes."""
     path = Path(str(model)).expanduser()
     if not path.exists():
-        from ..download import NAMED
+        from ..checkpoints.download import NAMED
 
         if NAMED.match(str(model)):  # "laser2", "laser3-wol_Latn": fetched and converted once by from_pretrained
             return

@@ -37,8 +37,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from ..langid import detect, is_auto
-from ..preprocessing import _KNOWN_CODES, normalize_lang
+from ..text.langid import detect, is_auto
+from ..text.preprocessing import _KNOWN_CODES, normalize_lang
 from .batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, BatcherStats, DynamicBatcher
 
 logger = logging.getLogger("hf_laser.serve")
@@ -536,9 +536,9 @@ def parse_json(body: bytes):
 
 
 def _language(code: str, param: str) -> str:
-    """One language of a request by the command line's rule ([`~hf_laser.languages.check_language`]): `auto`, a
+    """One language of a request by the command line's rule ([`~hf_laser.text.languages.check_language`]): `auto`, a
     code, or a language name (given back as its FLORES-200 code); anything else is a 400."""
-    from ..languages import check_language
+    from ..text.languages import check_language
 
     if is_auto(code):
         return code

@@ -1,7 +1,7 @@
 """A model set (LASER2 + LASER3 students, `model_set.py`) as one sentence-transformers model: each sentence embedded by
 the member of its language.
 
-    from hf_laser.sentence_transformers_sets import set_sentence_transformer
+    from hf_laser.integrations.sentence_transformers_sets import set_sentence_transformer
     model = set_sentence_transformer("~/.cache/hf_laser/laser")              # laser_model_set.json
     model.encode([{"text": "Naka nga def?", "lang": "wolof"}, {"text": "Bonjour.", "lang": "fr"}])
     model.encode(["Naka nga def?", "Jërëjëf."], lang="wol_Latn")             # one language for the call
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from sentence_transformers.base.modules import InputModule
 
-from .model_set import RoutedLaserEncoder, read_model_set, write_model_set
+from ..model_set import RoutedLaserEncoder, read_model_set, write_model_set
 from .sentence_transformers_laser import LaserSentenceTransformerModule
 
 

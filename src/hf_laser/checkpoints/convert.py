@@ -6,7 +6,7 @@ Usage::
     hf-laser convert laser2.pt laser2 --spm-model laser2.spm --spm-vocab laser2.cvocab
     hf-laser convert laser3-wol_Latn.v1.pt laser3-wol_Latn --spm-model laser2.spm --spm-vocab laser2.cvocab
     hf-laser convert CHECKPOINT OUT_DIR --no-tokenizer        # dictionary only: pre-tokenized input
-    python -m hf_laser.convert CHECKPOINT OUT_DIR ...    # = hf-laser convert (hf_laser/commands/convert.py)
+    python -m hf_laser.checkpoints.convert CHECKPOINT OUT_DIR ...    # = hf-laser convert (hf_laser/commands/convert.py)
 
 Before anything is written the converter checks that the checkpoint file is intact (zip CRCs), that its
 `params` / `dictionary` / weights are well formed and finite, and that the subword files belong to the checkpoint
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
-from .configuration_laser import LaserConfig
-from .modeling_laser import LaserModel
+from ..modeling.configuration_laser import LaserConfig
+from ..modeling.modeling_laser import LaserModel
 
 EXPECTED_PARAMS = (
     "num_embeddings", "padding_idx", "embed_dim", "hidden_size", "num_layers", "bidirectional",
@@ -282,7 +282,7 @@ def check_tokenizer_files(
       so it must list the same pieces in the same order (fairseq's `Dictionary.load` gives ids 4, 5, ... in file
       order).
     """
-    from .bpe import _read_fields
+    from ..text.bpe import _read_fields
 
     expected = dictionary_tokens(dictionary)
     if bpe_vocab is not None:
@@ -355,7 +355,7 @@ def save_tokenizer_files(
     """Writes a `LaserTokenizer` (dictionary + BPE codes/vocab or SentencePiece model) into `out_dir`;
     `laser2_punct_lang`: see [`~text_tokenizer.LaserTextPipeline`] (`"en"` for LASER3 students: laser_encoders'
     `LaserTokenizer` normalises punctuation with English rules for every language)."""
-    from .tokenization_laser import LaserTokenizer
+    from ..text.tokenization_laser import LaserTokenizer
 
     tokenizer = LaserTokenizer.from_laser_files(
         dictionary, bpe_codes=bpe_codes, bpe_vocab=bpe_vocab, spm_model=spm_model,
@@ -489,7 +489,7 @@ def student_language(checkpoint_path, language: str | None) -> str | None:
     """The code to record for a student (FLORES-200, or `xxx_Scrp` outside it: [`~languages.student_code`]):
     `language` checked, else read from a `laser3-LANG.v1.pt` file name, else None (a LASER1/2 model: the default of
     a model set)."""
-    from .languages import is_flores_code, student_code
+    from ..text.languages import is_flores_code, student_code
 
     if language is None:
         match = LASER3_FILE_NAME.match(Path(checkpoint_path).name)
@@ -604,7 +604,7 @@ def _apply_umask(directory: Path) -> None:
             path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
-if __name__ == "__main__":  # `python -m hf_laser.convert`: the command line's `hf-laser convert`
+if __name__ == "__main__":  # `python -m hf_laser.checkpoints.convert`: the command line's `hf-laser convert`
     from hf_laser.commands.convert import main
 
     sys.exit(main())

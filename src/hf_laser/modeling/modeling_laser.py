@@ -29,7 +29,7 @@ from .bilstm import (  # noqa: F401 (re-exported)
     vocab_problems,
 )
 from .configuration_laser import LaserConfig
-from .integration_files import write_integration_files
+from ..checkpoints.integration_files import write_integration_files
 from .transformer import TransformerEncoderMixin
 
 
@@ -501,7 +501,7 @@ class LaserForSequenceClassification(LaserPreTrainedModel):
 
     ```python
     >>> from hf_laser import LaserConfig
-    >>> from hf_laser.modeling_laser import LaserForSequenceClassification
+    >>> from hf_laser.modeling.modeling_laser import LaserForSequenceClassification
     >>> config = LaserConfig(vocab_size=100, embed_dim=8, hidden_size=8, num_layers=1, num_labels=3,
     ...                      classifier_mode="pair")
     >>> model = LaserForSequenceClassification(config)

@@ -115,7 +115,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 
 #: Languages whose non-breaking-prefix file LASER installs (Moses RELEASE-4.0 content,
-#: embedded in ``hf_laser/nonbreaking_prefixes.py``).  Any other language makes
+#: embedded in ``hf_laser/text/nonbreaking_prefixes.py``).  Any other language makes
 #: ``tokenizer.perl`` fall back to the English file.
 NONBREAKING_PREFIX_LANGS = frozenset(
     "ca cs de el en es fi fr ga hu is it lt lv nl pl pt ro ru sk sl sv ta yue zh".split()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .configuration_laser import LaserConfig
+from ..modeling.configuration_laser import LaserConfig
 
 TEMPLATE = Path(__file__).with_name("model_card_template.md")
 

@@ -3,7 +3,7 @@
 `fetch_models(["laser2", "wol_Latn"])` (`hf-laser download laser2 laser3 wol_Latn`) downloads into
 `CACHE/originals/` the files laser_encoders downloads (`laser2.pt`, `laser2.spm`, `laser2.cvocab`;
 `laser3-LANG.v1.pt` and, for the 35 students with their own, `laser3-LANG.v1.spm` / `.cvocab`), converts each model
-into `CACHE/converted/NAME` (`hf_laser.convert`: the usual checked directory) and writes `CACHE/laser_model_set.json`
+into `CACHE/converted/NAME` (`hf_laser.checkpoints.convert`: the usual checked directory) and writes `CACHE/laser_model_set.json`
 naming LASER2 and every converted student, so `LaserEncoder.from_pretrained(CACHE)` routes by language. A name given
 to `from_pretrained` (`"laser2"`, `"laser3-wol_Latn"`) resolves to its converted directory the same way
 ([`resolve_named_model`]).
@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .errors import DISK_ERRNOS
+from ..errors import DISK_ERRNOS
 
 BASE_URL = "https://dl.fbaipublicfiles.com/nllb/laser"
 CHUNK = 1 << 20
@@ -59,7 +59,7 @@ def model_files(name: str) -> list[str]:
     """The original files of `"laser2"` or a LASER3 student's FLORES code (`"wol_Latn"`), as laser_encoders
     downloads them: the checkpoint, then the SentencePiece model and its `.cvocab` (LASER2's for a student without
     its own)."""
-    from .languages import laser_languages
+    from ..text.languages import laser_languages
 
     if name == "laser2":
         return ["laser2.pt", "laser2.spm", "laser2.cvocab"]
@@ -73,7 +73,7 @@ def model_files(name: str) -> list[str]:
 def student_code(lang: str) -> str:
     """The FLORES-200 code of the LASER3 student for `lang` (code, ISO 639-3/1 or name); ValueError naming the
     choices when it names several students or none."""
-    from .languages import flores_codes, laser_languages
+    from ..text.languages import flores_codes, laser_languages
 
     codes = [c for c in flores_codes(lang) if laser_languages()[c].laser3]
     if len(codes) == 1:
@@ -194,7 +194,7 @@ def fetch_models(names: list[str], *, say=print) -> Path:
     """Downloads (where needed) and converts `names` (`"laser2"`, LASER3 FLORES codes) into the cache, updates the
     cache's model set, and returns the cache directory (a model set: `LaserEncoder.from_pretrained(it)`)."""
     from .convert import convert
-    from .model_set import read_model_set, write_model_set
+    from ..model_set import read_model_set, write_model_set
 
     root = cache_dir()
     originals = root / "originals"

@@ -20,7 +20,7 @@ Example:
 
 ```python
 import ray
-from hf_laser.on_ray import embed_dataset
+from hf_laser.mining.on_ray import embed_dataset
 
 ds = ray.data.read_text("corpus.en.txt")                  # a "text" column, one row per line
 embedded = embed_dataset(ds, "src/hf_laser/models/laser-mini", lang="en")
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .mining.embeddings import Embeddings
+from .embeddings import Embeddings
 
 
 def _ray():
@@ -43,7 +43,7 @@ def _ray():
         import ray
         import ray.data  # noqa: F401
     except ImportError as err:
-        raise ImportError("hf_laser.on_ray needs Ray Data: pip install \"hf-laser[ray]\"") from err
+        raise ImportError("hf_laser.mining.on_ray needs Ray Data: pip install \"hf-laser[ray]\"") from err
     return ray
 
 
@@ -57,7 +57,7 @@ def _start(model, who: str, num_encoders: int | None, gpus_per_encoder: float, l
     """`(model path every node can use, number of encoder actors)`; connects to Ray (`RAY_ADDRESS`, else a local
     Ray on this machine) unless it is running; with GPUs the encoders' default device is `"cuda"` (in `loading`)."""
     ray = _ray()
-    from .models import resolve_model
+    from ..models import resolve_model
 
     path = resolve_model(model, who=who)
     if Path(str(path)).expanduser().exists():
@@ -86,7 +86,7 @@ class _Tokenize:
     """CPU actor: a column of raw sentences -> a column of token ids (object array of int32 arrays)."""
 
     def __init__(self, model: str, lang, text_column: str, ids_column: str):
-        from .encoder import _load_tokenizer
+        from ..encoder import _load_tokenizer
 
         tokenizer, _ = _load_tokenizer(model, plain=True)
         if tokenizer is None:
@@ -108,7 +108,7 @@ class _Encode:
 
     def __init__(self, model: str, ids_column: str, output_column: str, loading: dict, keep_ids: bool,
                  max_tokens: int | None, max_sentence_tokens: int | None):
-        from .encoder import LaserEncoder
+        from ..encoder import LaserEncoder
 
         self.encoder = LaserEncoder.from_pretrained(model, **loading)
         self.ids_column, self.output_column, self.keep_ids = ids_column, output_column, keep_ids
@@ -150,8 +150,8 @@ def embed_dataset(dataset, model: str | os.PathLike | None = None, *, lang: str 
     Returns:
         A `ray.data.Dataset`: the input's columns plus `output_column`.
     """
-    from .defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
-    from .languages import check_language
+    from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
+    from ..text.languages import check_language
 
     if text_column not in dataset.columns(fetch_if_missing=True):
         raise ValueError(f"the dataset has no column {text_column!r} (its columns: {dataset.columns()})")
@@ -176,13 +176,13 @@ class _ShardEncoder:
     """Encoder actor of [`embed_files`]: one shard per call, through `embed_shards` (identity, resume, lock)."""
 
     def __init__(self, model: str, loading: dict):
-        from .encoder import LaserEncoder
+        from ..encoder import LaserEncoder
 
         self.encoder = LaserEncoder.from_pretrained(model, **loading)
 
     def embed(self, path: str, embed_dir: str, lang: str, shard: int, num_shards: int, options: dict,
               prepared: dict | None = None) -> str | None:
-        from .mining import embed_shards
+        from . import embed_shards
 
         # shard `shard` of `num_shards` is what rank `shard` of a world of `num_shards` embeds: exactly that shard;
         # `prepared` (the driver's one scan of the file) spares each job a read of the whole file
@@ -204,7 +204,7 @@ class _ParquetEncoder(_ShardEncoder):
         import pyarrow.fs as pafs
         import pyarrow.parquet as pq
 
-        from .outputs import embedding_identity, identity_changes
+        from ..outputs import embedding_identity, identity_changes
 
         src_fs, src_path = pafs.FileSystem.from_uri(source)
         data = src_fs.open_input_stream(src_path).readall()
@@ -292,8 +292,8 @@ def embed_parquet(source: str | os.PathLike, output: str | os.PathLike, model: s
     Args: as [`embed_files`]; `lang`: the sentences' language (one for the corpus).
     """
     ray = _ray()
-    from .defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
-    from .languages import check_language
+    from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
+    from ..text.languages import check_language
 
     if lang is not None:
         lang = check_language(lang)
@@ -339,7 +339,7 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
         say: called with a line per finished file (None: quiet).
     """
     ray = _ray()
-    from .defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
+    from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 
     inputs = [(lang, str(Path(path).resolve())) for lang, path in inputs]
     for _, path in inputs:
@@ -356,7 +356,7 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
     # a dead actor is restarted and its call retried: the shard resumes from what encode_file saved
     actor = _encoder_actor(ray, _ShardEncoder, gpus_per_encoder, tokenizers_per_encoder)
     pool = ray.util.ActorPool([actor.remote(path, loading) for _ in range(num_encoders)])
-    from .mining import prepare_shards
+    from . import prepare_shards
 
     prepared = {p: ray.put(prepare_shards(p, num_shards)) for p in dict.fromkeys(p for _, p in inputs)}
     jobs = [(p, embed_dir, lang, shard, num_shards, options, prepared[p]) for lang, p in inputs
@@ -367,8 +367,8 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
             manifests[result] = True
             if say:
                 say(f"complete: {result}")
-    from .mining import load_embedding_shards
-    from .mining.shards import _manifest_path, embedding_key
+    from . import load_embedding_shards
+    from .shards import _manifest_path, embedding_key
 
     out = []
     for lang, p in inputs:
@@ -386,7 +386,7 @@ class _Searcher:
     query blocks with each shard's top-k."""
 
     def __init__(self, shards: list, index: str, device: str | None, refine: bool | None, options: dict):
-        from .mining.index import _is_exact, build_index
+        from .index import _is_exact, build_index
 
         ray = _ray()
         self.normalize, self.shards = options["normalize"], []
@@ -399,7 +399,7 @@ class _Searcher:
         return True
 
     def search(self, queries: np.ndarray, k: int) -> list:
-        from .mining.search import search_shard
+        from .search import search_shard
 
         return [search_shard(built, queries, min(k, stop - start), start, db, refine, self.normalize)
                 for built, db, start, stop, refine in self.shards]
@@ -407,7 +407,7 @@ class _Searcher:
     def search_rows(self, queries, start: int, stop: int, k: int) -> list:
         """[`search`] of the query rows `[start, stop)`, read here from the queries' `.npy` files (what the driver
         would otherwise send to every searcher)."""
-        from .mining.search import _query_block
+        from .search import _query_block
 
         return self.search(_query_block(queries.rows(start, stop), self.normalize), k)
 
@@ -435,7 +435,7 @@ class _RowWindow(Embeddings):
 
 def _opens_its_files(db) -> bool:
     """`db` travels as file paths (every row in whole `.npy` files), not as its rows."""
-    from .mining.embeddings import ShardedEmbeddings, _is_whole_npy_map, _RowSubset
+    from .embeddings import ShardedEmbeddings, _is_whole_npy_map, _RowSubset
 
     if isinstance(db, _RowSubset):
         return _opens_its_files(db.base)
@@ -468,8 +468,8 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
 
     from tqdm.auto import tqdm
 
-    from .mining.index import _resolve_device
-    from .mining.search import (_merge_into, _query_block, _tqdm_disable, check_knn_inputs, database_shards,
+    from .index import _resolve_device
+    from .search import (_merge_into, _query_block, _tqdm_disable, check_knn_inputs, database_shards,
                                 result_arrays)
 
     ray = _ray()
@@ -547,7 +547,7 @@ def mine_on_ray(src_embeddings, tgt_embeddings, *, num_searchers: int | None = N
     scores and the selection on the driver, as single-process `mine`). Returns its `MinedPairs`."""
     from functools import partial
 
-    from .mining import mine
+    from . import mine
 
     return mine(src_embeddings, tgt_embeddings, **mine_kwargs,
                 knn=partial(knn_search_on_ray, num_searchers=num_searchers, cpus_per_searcher=cpus_per_searcher,

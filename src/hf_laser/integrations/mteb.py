@@ -1,7 +1,7 @@
 """LASER in MTEB (mteb 2.x): an encoder that preprocesses every task's text in the task's language.
 
     import mteb
-    from hf_laser.mteb import LaserMTEBEncoder
+    from hf_laser.integrations.mteb import LaserMTEBEncoder
 
     model = LaserMTEBEncoder("laser-93langs")                    # a LASER directory or Hub id (default: laser-mini)
     tasks = mteb.get_tasks(tasks=["Tatoeba", "BUCC.v2", "STS17", "MassiveIntentClassification"])
@@ -13,7 +13,7 @@ romanised Greek), which a plain sentence-transformers model in MTEB cannot be to
 1. the languages of the call's subset come from the task metadata: `eval_langs[hf_subset]` (or `eval_langs` for a
    task without subsets; the subset itself for bitext tasks with parallel subsets, which name the column's
    language), e.g. `["fra-Latn", "eng-Latn"]`, and are mapped to tokenizer codes with
-   `hf_laser.preprocessing.normalize_lang` (`fra-Latn` -> `fr`, `cmn-Hans` -> `zh`, `lvs-Latn` -> `lv`; for all
+   `hf_laser.text.preprocessing.normalize_lang` (`fra-Latn` -> `fr`, `cmn-Hans` -> `zh`, `lvs-Latn` -> `lv`; for all
    112 Tatoeba subsets this gives the codes `evaluation/tatoeba.py` uses);
 2. one code: the call is preprocessed with it. Several (cross-lingual subsets: Tatoeba `fra-eng`, BUCC `de-en`,
    STS17 `en-de`, ...: MTEB encodes each side with its own call, with the same `hf_subset`), the call's language is
@@ -24,7 +24,7 @@ romanised Greek), which a plain sentence-transformers model in MTEB cannot be to
    (`tests/test_mteb.py::test_column_languages_on_all_of_tatoeba`).
 
 A call is taken to be in one language; that is how MTEB's evaluators call `encode` (one side of one subset at a
-time). The decisions are logged (`logging`, logger `hf_laser.mteb`, level INFO) and kept in `language_log`.
+time). The decisions are logged (`logging`, logger `hf_laser.integrations.mteb`, level INFO) and kept in `language_log`.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from mteb.models import ModelMeta
 from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 
-from .encoder import LaserEncoder
-from .langid import classify, sample, supported_codes
-from .models import resolve_model
-from .preprocessing import normalize_lang
+from ..encoder import LaserEncoder
+from ..text.langid import classify, sample, supported_codes
+from ..models import resolve_model
+from ..text.preprocessing import normalize_lang
 
 __all__ = ["LaserMTEBEncoder", "subset_languages", "identify_language", "texts_sha256"]
 

@@ -10,7 +10,10 @@ Besides the weights, `config.json` and the tokenizer files, an encoder directory
   `sentence_transformers_laser.LaserSentenceTransformerModule`, saved in the root) and
   `config_sentence_transformers.json` (cosine similarity, no prompts, sentence-transformers >= 6 required);
 * the code all of these name, and the modules it imports relatively ([`code_files`]): copied from the package's own
-  sources (the directory of this file), so a written directory holds no copy older than the package.
+  sources, so a written directory holds no copy older than the package. In the package these files live in several
+  subpackages (`text/`, `modeling/`, `checkpoints/`, `integrations/`); a directory holds them side by side, so
+  [`write_code_files`] rewrites their relative imports to the flat form transformers loads (`from ..text.bpe import`
+  becomes `from .bpe import`): the file names are unique across those subpackages (`tests/test_layout.py`).
 
 `LaserPreTrainedModel.save_pretrained` and `LaserTokenizer.save_pretrained` both call [`write_integration_files`]
 after writing their own files, so the result does not depend on which of the two is saved first; `hf-laser push`
@@ -23,21 +26,33 @@ registered, and its `modules.json` names the module by its package path.
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
-import shutil
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-# where this file and the code files below are: hf_laser's source, or a copy made by transformers for remote code
+# where this file is: in hf_laser's `checkpoints/`, or in a flat copy made by transformers for remote code
 SOURCES = Path(__file__).resolve().parent
+# the subpackages whose files a directory's remote code may come from (in the package; a flat copy has one folder)
+CODE_PACKAGES = ("text", "modeling", "checkpoints", "integrations")
+_IN_PACKAGE = __name__.startswith("hf_laser.")
+_RELATIVE_IMPORT = re.compile(r"^(\s*from\s+)\.+(?:\w+\.)*(\w+)(\s+import\b)", re.M)
 
 ENCODER_AUTO_MAP = {
     "AutoConfig": "configuration_laser.LaserConfig",
     "AutoModel": "modeling_laser.LaserModel",
     "AutoModelForSequenceClassification": "modeling_laser.LaserForSequenceClassification",
+}
+# the auto class of each saved architecture. The classes do not `register_for_auto_class`: transformers would then
+# copy the package's files as they are, two-dot imports and all; the map and the flat code are written here instead.
+ARCHITECTURE_AUTO_CLASS = {
+    "LaserModel": "AutoModel",
+    "LaserForSequenceClassification": "AutoModelForSequenceClassification",
+    "LaserForPreTraining": "AutoModelForPreTraining",
 }
 TOKENIZER_AUTO_MAP = ["tokenization_laser.LaserTokenizer", None]  # (slow, fast), as transformers writes it
 PIPELINE_FILE = "pipeline_laser.py"
@@ -84,25 +99,48 @@ def has_laser_tokenizer(directory: str | Path) -> bool:
 def _pipeline_source() -> Path:
     # A relative import: transformers copies the files this module imports next to it (into a saved directory, and
     # into its module cache for remote code), so a model loaded as remote code can ship the pipeline again.
-    from .pipeline_laser import LaserFeatureExtractionPipeline  # noqa: F401
+    from ..integrations.pipeline_laser import LaserFeatureExtractionPipeline  # noqa: F401
 
-    return SOURCES / PIPELINE_FILE
+    return source_file(PIPELINE_FILE) or SOURCES / PIPELINE_FILE
+
+
+def source_file(name: str) -> Path | None:
+    """Where the code file `name` (e.g. `"bpe.py"`) is among the package's sources (a flat copy: next to this
+    file), or None."""
+    if not _IN_PACKAGE:
+        return SOURCES / name if (SOURCES / name).is_file() else None
+    for package in CODE_PACKAGES:
+        if (path := SOURCES.parent / package / name).is_file():
+            return path
+    return None
+
+
+def relative_imports(path: Path) -> list[str]:
+    """The module names (the last component: the flat file name) that the code file `path` imports relatively,
+    anywhere in it (function-local imports too, `try` blocks too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return sorted({node.module.rpartition(".")[2] for node in ast.walk(tree)
+                   if isinstance(node, ast.ImportFrom) and node.level and node.module})
+
+
+def flat_source(path: Path) -> str:
+    """The text of a code file as a directory holds it: every relative import names a sibling (`from .bpe import`)."""
+    return _RELATIVE_IMPORT.sub(lambda m: f"{m.group(1)}.{m.group(2)}{m.group(3)}", path.read_text(encoding="utf-8"))
 
 
 def code_files(modules: Iterable[str], directory: str | Path | None = None) -> list[str]:
     """The file names of `modules` (e.g. `"modeling_laser"`) and of every module they import relatively, directly
-    or not: what transformers copies for remote code. Read from [`SOURCES`], else from `directory`."""
-    from transformers.dynamic_module_utils import get_relative_imports
-
+    or not: what transformers copies for remote code. Read from the package's sources ([`source_file`]), else from
+    `directory`."""
     names, todo = set(), [f"{m}.py" for m in modules]
     while todo:
         name = todo.pop()
         if name in names:
             continue
         names.add(name)
-        source = SOURCES / name if (SOURCES / name).is_file() else Path(directory or SOURCES) / name
+        source = source_file(name) or Path(directory or SOURCES) / name
         if source.is_file():
-            todo.extend(f"{m}.py" for m in get_relative_imports(source))
+            todo.extend(f"{m}.py" for m in relative_imports(source))
     return sorted(names)
 
 
@@ -111,16 +149,16 @@ def write_code_files(modules: Iterable[str], directory: str | Path) -> bool:
     warning and nothing copied, when one of the files is neither there nor in `directory`."""
     directory = Path(directory)
     names = code_files(modules, directory)
-    missing = [n for n in names if not (SOURCES / n).is_file() and not (directory / n).is_file()]
+    missing = [n for n in names if source_file(n) is None and not (directory / n).is_file()]
     if missing:
         # a model loaded as remote code and saved again: the cached code holds only what transformers copied
         logger.warning(f"{', '.join(missing)} not next to {__file__}: {directory} is saved without what needs them "
                        "(save it with hf_laser installed to get them)")
         return False
     for name in names:
-        source = SOURCES / name
-        if source.is_file() and source.resolve() != (directory / name).resolve():
-            shutil.copyfile(source, directory / name)
+        source = source_file(name)
+        if source is not None and source.resolve() != (directory / name).resolve():
+            (directory / name).write_text(flat_source(source), encoding="utf-8")
     return True
 
 
@@ -130,15 +168,24 @@ def _auto_map_modules(auto_map: dict) -> set[str]:
 
 
 def write_integration_files(directory: str | Path) -> None:
-    """Adds the integration entries and files (module docstring) to a saved LASER directory; a no-op for a
-    directory without a LASER `config.json` (e.g. a tokenizer saved alone)."""
+    """Adds the integration entries and files (module docstring) to a saved LASER directory: the tokenizer's alone
+    where there is no LASER `config.json` (a tokenizer saved alone), nothing where there is neither."""
     directory = Path(directory)
+    tokenizer = has_laser_tokenizer(directory) and write_code_files(["tokenization_laser"], directory)
+    if tokenizer:
+        tokenizer_config = _read_json(directory / "tokenizer_config.json")
+        if not (tokenizer_config.get("auto_map") or {}).get("AutoTokenizer"):
+            tokenizer_config["auto_map"] = dict(tokenizer_config.get("auto_map") or {}, AutoTokenizer=TOKENIZER_AUTO_MAP)
+            _write_json(directory / "tokenizer_config.json", tokenizer_config)
     config = _read_json(directory / "config.json")
     if not isinstance(config, dict) or config.get("model_type") != "laser":
         return
-    tokenizer = has_laser_tokenizer(directory) and write_code_files(["tokenization_laser"], directory)
     encoder = config.get("architectures") == ["LaserModel"]
     updated = dict(config, auto_map=dict(config.get("auto_map") or {}))
+    updated["auto_map"]["AutoConfig"] = ENCODER_AUTO_MAP["AutoConfig"]
+    for architecture in config.get("architectures") or []:
+        if architecture in ARCHITECTURE_AUTO_CLASS:
+            updated["auto_map"][ARCHITECTURE_AUTO_CLASS[architecture]] = f"modeling_laser.{architecture}"
     if encoder:
         updated["auto_map"].update(ENCODER_AUTO_MAP)
         if write_code_files([_pipeline_source().stem], directory):
@@ -147,10 +194,6 @@ def write_integration_files(directory: str | Path) -> None:
                      directory)
     if tokenizer:
         updated["auto_map"]["AutoTokenizer"] = TOKENIZER_AUTO_MAP
-        tokenizer_config = _read_json(directory / "tokenizer_config.json")
-        if not (tokenizer_config.get("auto_map") or {}).get("AutoTokenizer"):
-            tokenizer_config["auto_map"] = dict(tokenizer_config.get("auto_map") or {}, AutoTokenizer=TOKENIZER_AUTO_MAP)
-            _write_json(directory / "tokenizer_config.json", tokenizer_config)
     if updated != config:
         _write_json(directory / "config.json", updated)
     if encoder and tokenizer and write_code_files([Path(SENTENCE_TRANSFORMERS_FILE).stem], directory):
@@ -162,7 +205,7 @@ def write_integration_files(directory: str | Path) -> None:
 def remove_remote_code(directory: str | Path) -> list[str]:
     """Turns a saved LASER directory into the form the package ships its model in (hf_laser installed): the code
     files and the `auto_map` / `custom_pipelines` entries that name them are removed, and `modules.json` names the
-    sentence-transformers module by its package path (`hf_laser.sentence_transformers_laser...`). Returns the
+    sentence-transformers module by its package path (`hf_laser.integrations.sentence_transformers_laser...`). Returns the
     names of the files removed; [`write_integration_files`] restores the full form."""
     directory = Path(directory)
     removed = [name for name in code_files(["modeling_laser", "tokenization_laser", Path(PIPELINE_FILE).stem,
@@ -175,7 +218,7 @@ def remove_remote_code(directory: str | Path) -> list[str]:
         if isinstance(data, dict) and any(k in data for k in keys):
             _write_json(directory / name, {k: v for k, v in data.items() if k not in keys})
     if (directory / "modules.json").is_file():
-        modules = [dict(m, type=f"hf_laser.{m['type']}") if m.get("type") == SENTENCE_TRANSFORMERS_MODULE else m
+        modules = [dict(m, type=f"hf_laser.integrations.{m['type']}") if m.get("type") == SENTENCE_TRANSFORMERS_MODULE else m
                    for m in _read_json(directory / "modules.json")]
         (directory / "modules.json").write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
     return removed

@@ -194,7 +194,7 @@ def card_with_results(model_dir: str | Path, results: dict | None, *, repo_id: s
     if readme.is_file():
         text = readme.read_text(encoding="utf-8")
     else:
-        from .configuration_laser import LaserConfig
+        from ..modeling.configuration_laser import LaserConfig
         from .model_card import render_model_card
 
         config = LaserConfig.from_pretrained(model_dir)
@@ -284,7 +284,7 @@ _REWRITTEN = {"config.json", "tokenizer_config.json", "modules.json", "config_se
 
 def with_remote_code(model_dir: str | Path, staging: str | Path) -> Path:
     """`model_dir` as the Hub gets it: for a LASER directory, a copy in `staging` (large files linked, not copied)
-    completed by `hf_laser.integration_files.write_integration_files` (code files from the package's sources,
+    completed by `hf_laser.checkpoints.integration_files.write_integration_files` (code files from the package's sources,
     `auto_map`, `custom_pipelines`, sentence-transformers files); any other directory as it is."""
     from .integration_files import write_integration_files
 

@@ -4,7 +4,7 @@ The detector is [py3langid](https://github.com/adbar/py3langid) (a maintained fo
 byte n-grams, 4.5 MB model inside its wheel, numpy only): see `benchmarks/langid_accuracy.py` and docs/languages.md for its
 accuracy on Tatoeba's 112 languages and its speed. It is imported (and its model loaded, ~0.5 s) on first use only.
 
-Detected languages are returned as the tokenizer's language codes ([`hf_laser.preprocessing.normalize_lang`]):
+Detected languages are returned as the tokenizer's language codes ([`hf_laser.text.preprocessing.normalize_lang`]):
 `zh` (jieba), `ja` (MeCab), `el` (romanised), the Moses languages with their prefix files and rules, and any other
 language as its own code (Moses defaults, like every language without special handling).
 """

@@ -37,8 +37,8 @@ import torch
 from sentence_transformers.base.modules import InputModule
 from transformers import PretrainedConfig
 
-from .modeling_laser import LaserModel
-from .tokenization_laser import LaserTokenizer
+from ..modeling.modeling_laser import LaserModel
+from ..text.tokenization_laser import LaserTokenizer
 
 # = hf_laser.defaults.DEFAULT_MAX_SENTENCE_TOKENS (not imported: this file also runs as remote code without hf_laser)
 DEFAULT_MAX_SEQ_LENGTH = 100_000

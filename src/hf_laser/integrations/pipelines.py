@@ -27,9 +27,9 @@ import torch
 from transformers import Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from .modeling_laser import LaserModel
-from .models import DEFAULT_MODEL
-from .text_tokenizer import LaserInputError, _check_lang, _check_texts
+from ..modeling.modeling_laser import LaserModel
+from ..models import DEFAULT_MODEL
+from ..text.text_tokenizer import LaserInputError, _check_lang, _check_texts
 
 TASK = "laser-sentence-embedding"
 
@@ -104,7 +104,7 @@ class RoutedLaserPipeline:
     input order. Members' pipelines are built on first use with `pipeline_kwargs`."""
 
     def __init__(self, model_set, **pipeline_kwargs):
-        from .model_set import RoutedLaserEncoder
+        from ..model_set import RoutedLaserEncoder
 
         self.routing = model_set if isinstance(model_set, RoutedLaserEncoder) else \
             RoutedLaserEncoder.from_pretrained(model_set, load=None)
@@ -132,7 +132,7 @@ class RoutedLaserPipeline:
 def laser_pipeline(model=None, **kwargs):
     """`pipeline("laser-sentence-embedding", model)` for a model directory, a [`RoutedLaserPipeline`] for a model
     set (a directory with `laser_model_set.json`, or a list of directories)."""
-    from .model_set import is_model_set
+    from ..model_set import is_model_set
 
     if isinstance(model, (list, tuple)) or is_model_set(model):
         return RoutedLaserPipeline(model, **kwargs)

@@ -2,13 +2,13 @@
 
 :class:`LaserTokenizer` is the ``transformers`` tokenizer: ``tokenizer(texts, lang="fr", padding=True,
 return_tensors="pt")`` gives ``input_ids`` (``</s>`` appended, no ``<s>``, unknown -> ``<unk>``) and
-``attention_mask`` for :class:`~hf_laser.modeling_laser.LaserModel`, exactly the ids LASER's ``SentenceEncoder``
+``attention_mask`` for :class:`~hf_laser.modeling.modeling_laser.LaserModel`, exactly the ids LASER's ``SentenceEncoder``
 computes from a ``.bpe``/``.spm`` line (``line.strip().split()`` looked up in the dictionary), plus
 ``save_pretrained`` and the remote-code files.
 
-It is built on :mod:`hf_laser.text_tokenizer`, which holds the layers usable without transformers (its public names
+It is built on :mod:`hf_laser.text.text_tokenizer`, which holds the layers usable without transformers (its public names
 are re-exported here): :class:`LaserTextPipeline` (text -> ``.tok`` -> subword lines, what ``hf-laser tokenize`` runs),
-:class:`~hf_laser.text_tokenizer.LaserTextTokenizer` (lines -> ids: ``encode_lines``, ``iter_tokenize_file``,
+:class:`~hf_laser.text.text_tokenizer.LaserTextTokenizer` (lines -> ids: ``encode_lines``, ``iter_tokenize_file``,
 ``resolve_lang``) and the order-preserving multiprocessing helpers (``num_proc``).  Files read and written use UTF-8
 with ``errors="surrogateescape"`` and split lines on ``'\\n'`` only.
 """
@@ -26,7 +26,8 @@ import numpy as np
 from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import BatchEncoding, PaddingStrategy, TruncationStrategy
 
-from .integration_files import write_integration_files
+from ..checkpoints.integration_files import write_integration_files
+from .nonbreaking_prefixes import BUNDLE_FILE, bundle, use_bundle
 # the transformers-free layers (LaserTextPipeline, LaserInputError, read_lines re-exported: this module was their home)
 from .text_tokenizer import (  # noqa: F401
     SPIECE_UNDERLINE, VOCAB_FILES_NAMES, LaserInputError, LaserTextPipeline, LaserTextTokenizer, _check_lang,
@@ -53,7 +54,7 @@ class LaserTokenizer(LaserTextTokenizer, PreTrainedTokenizer):
             ``*.fvocab``).
         spm_model_file: SentencePiece model (LASER2, ``laser2.spm``).  Exactly one of
             ``bpe_codes_file`` / ``spm_model_file``.
-        lang: default language (ISO 639-1 or -3 code, see :func:`hf_laser.preprocessing.normalize_lang`, or
+        lang: default language (ISO 639-1 or -3 code, see :func:`hf_laser.text.preprocessing.normalize_lang`, or
             ``"auto"``), used by calls without ``lang`` (with a warning when their text looks like another
             language, see :meth:`resolve_lang`); can be overridden per call, or per sentence with a list.
         laser2_punct_lang: LASER2 only, see :class:`LaserTextPipeline`.
@@ -61,7 +62,7 @@ class LaserTokenizer(LaserTextTokenizer, PreTrainedTokenizer):
 
     Calls: ``tokenizer(texts, lang="fr", padding=True, return_tensors="pt")``;
     ``lang=[...]`` one code per text; ``lang="auto"`` detects the language of every text
-    (:mod:`hf_laser.langid`); ``pretokenized=True`` (or ``"bpe"``) for text that already
+    (:mod:`hf_laser.text.langid`); ``pretokenized=True`` (or ``"bpe"``) for text that already
     is BPE/SPM output (split on whitespace and looked up, as LASER's encoder does),
     ``pretokenized="tok"`` for already preprocessed ``.tok`` text; ``num_proc`` for big batches.
     ``input_ids`` end with ``</s>``, no ``<s>``.  Default padding side is right (LASER's
@@ -70,11 +71,11 @@ class LaserTokenizer(LaserTextTokenizer, PreTrainedTokenizer):
     Build one from a LASER checkpoint with :meth:`from_laser_files`.
     """
 
-    vocab_files_names = VOCAB_FILES_NAMES
+    # + the Moses non-breaking prefixes, for the directory's remote code (nonbreaking_prefixes.py): optional
+    vocab_files_names = {**VOCAB_FILES_NAMES, "nonbreaking_prefixes_file": BUNDLE_FILE}
     model_input_names = ["input_ids", "attention_mask"]
     # `save_pretrained` ships this file (and the modules it imports) and writes the `auto_map`, so the directory
     # loads with `AutoTokenizer.from_pretrained(dir, trust_remote_code=True)` where hf_laser is not installed
-    _auto_class = "AutoTokenizer"
     padding_side = "right"
     truncation_side = "right"
 
@@ -91,8 +92,11 @@ class LaserTokenizer(LaserTextTokenizer, PreTrainedTokenizer):
         pad_token="<pad>",
         eos_token="</s>",
         unk_token="<unk>",
+        nonbreaking_prefixes_file=None,
         **kwargs,
     ):
+        if nonbreaking_prefixes_file is not None:
+            use_bundle(nonbreaking_prefixes_file)
         self._load_files(vocab_file, bpe_codes_file, bpe_vocab_file, spm_model_file, lang, laser2_punct_lang, mode,
                          {"bos_token": bos_token, "pad_token": pad_token, "eos_token": eos_token,
                           "unk_token": unk_token})
@@ -395,6 +399,11 @@ class LaserTokenizer(LaserTextTokenizer, PreTrainedTokenizer):
             path = os.path.join(save_directory, prefix + VOCAB_FILES_NAMES[key])
             with open(path, "wb") as fh:
                 fh.write(content)
+            saved.append(path)
+        if "bpe_codes_file" in self._files:  # the Moses tokenizer's prefixes, for remote code without the package
+            path = os.path.join(save_directory, prefix + BUNDLE_FILE)
+            with open(path, "w", encoding="utf-8", newline="\n") as fh:
+                json.dump(bundle(), fh, ensure_ascii=False, indent=0, sort_keys=True)
             saved.append(path)
         return tuple(saved)
 

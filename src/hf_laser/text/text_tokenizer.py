@@ -2,11 +2,11 @@
 -> ids, and the streaming helpers around it.
 
 * :class:`LaserTextPipeline` -- text only, no dictionary: raw line -> ``.tok`` line (the preprocessing of
-  :mod:`hf_laser.preprocessing`) -> subword line (fastBPE ``.bpe`` line for LASER1, SentencePiece pieces joined by
+  :mod:`hf_laser.text.preprocessing`) -> subword line (fastBPE ``.bpe`` line for LASER1, SentencePiece pieces joined by
   spaces for LASER2).  This is what ``hf-laser tokenize --bpe-codes/--spm-model`` runs.
 * :class:`LaserTextTokenizer` -- the pipeline plus the checkpoint dictionary: lines -> ids (``</s>`` appended, no
   ``<s>``, unknown -> ``<unk>``), exactly the ids LASER's ``SentenceEncoder`` computes from a ``.bpe``/``.spm`` line.
-  :class:`~hf_laser.tokenization_laser.LaserTokenizer` is the ``transformers`` tokenizer built on it; the command
+  :class:`~hf_laser.text.tokenization_laser.LaserTokenizer` is the ``transformers`` tokenizer built on it; the command
   line uses this class alone for a plain model directory ([`LaserTextTokenizer.from_directory`]), so that it never
   imports transformers (a third of a command's start-up).
 * streaming helpers (:meth:`LaserTextTokenizer.encode_lines`, :meth:`LaserTextPipeline.iter_file`,
@@ -117,7 +117,7 @@ def _check_lang(lang, n_texts: int | None = None):
 
 
 def _language(code: str, where: str) -> str:
-    """One language by the command line's rule ([`hf_laser.languages.check_language`]): `auto` or a code as given, a
+    """One language by the command line's rule ([`hf_laser.text.languages.check_language`]): `auto` or a code as given, a
     language name as its FLORES-200 code; anything else (`francais`, `fr,en`) is a [`LaserInputError`], never a
     warning and the Moses defaults."""
     from .preprocessing import LANG_CODE
@@ -127,7 +127,7 @@ def _language(code: str, where: str) -> str:
     if LANG_CODE.match(code.strip()) or is_auto(code.strip()):
         return code.strip()
     try:  # (absolute: remote code, a copy of this file beside a model, finds the names where hf_laser is installed)
-        from hf_laser.languages import check_language
+        from hf_laser.text.languages import check_language
     except ImportError:
         raise LaserInputError(f"{where}: {code!r} is not a language code (en, fr, zh, ...; language names need "
                               "hf_laser installed)") from None
@@ -223,7 +223,7 @@ class LaserTextPipeline:
 
     # ----------------------------------------------------------------- preprocessing
     def preprocessor(self, lang: str | None = None):
-        """The (cached) :class:`~hf_laser.preprocessing.LaserPreprocessor` for ``lang``."""
+        """The (cached) :class:`~hf_laser.text.preprocessing.LaserPreprocessor` for ``lang``."""
         lang = self.lang if lang is None else lang
         if self.mode == "laser2" and self.laser2_punct_lang is not None:
             lang = self.laser2_punct_lang
@@ -239,7 +239,7 @@ class LaserTextPipeline:
 
     def preprocess(self, lines: Sequence[str], lang: str | Sequence[str] | None = None) -> list[str]:
         """Raw lines -> ``.tok`` lines; ``lang`` one code, ``"auto"`` (detected per line, see
-        :mod:`hf_laser.langid`) or one per line (which may be ``"auto"`` too)."""
+        :mod:`hf_laser.text.langid`) or one per line (which may be ``"auto"`` too)."""
         _check_lines_arg(lines)
         lines = list(lines)
         _check_texts(lines)
@@ -519,7 +519,7 @@ _INERT_TOKENIZER_CONFIG_KEYS = {"auto_map", "backend", "clean_up_tokenization_sp
 class LaserTextTokenizer:
     """The LASER dictionary plus its text pipeline: lines -> ids, without transformers.
 
-    Args: those of :class:`~hf_laser.tokenization_laser.LaserTokenizer` (the transformers tokenizer built on this
+    Args: those of :class:`~hf_laser.text.tokenization_laser.LaserTokenizer` (the transformers tokenizer built on this
     class, which adds ``tokenizer(texts, ...)``, padding, tensors and ``save_pretrained``):
         vocab_file: JSON ``{token: id}`` -- the checkpoint's ``dictionary``.
         bpe_codes_file, bpe_vocab_file / spm_model_file: LASER1 fastBPE files / LASER2 SentencePiece model.
@@ -640,7 +640,7 @@ class LaserTextTokenizer:
                      n_texts: int | None = None):
         """``lang`` checked (:func:`_check_lang`); for ``lang=None`` the :attr:`default_lang`, after checking
         (a sample of at most 100 of) ``texts`` against it: a ``UserWarning`` at the caller's line says so when
-        most of them are in another language (see :func:`hf_laser.langid.check_default_lang`).  An explicit
+        most of them are in another language (see :func:`hf_laser.text.langid.check_default_lang`).  An explicit
         ``lang`` never warns; neither does pre-tokenized input (no preprocessing)."""
         if lang is not None:
             return _check_lang(lang, n_texts)

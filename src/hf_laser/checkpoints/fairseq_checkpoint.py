@@ -302,7 +302,7 @@ def fairseq_dictionary(cvocab: str | Path, with_mask: bool) -> dict[str, int]:
     """fairseq's `Dictionary.load(cvocab)` as laser_encoders builds it: `<s> <pad> </s> <unk>` = 0..3, then the
     `piece count` lines in file order (a repeated piece is an error, as in fairseq), then `<mask>` when the
     checkpoint has a final layer norm (laser_encoders adds it then)."""
-    from .bpe import _read_fields
+    from ..text.bpe import _read_fields
 
     dictionary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
     for fields in _read_fields(cvocab, 2, "piece count"):

@@ -1,0 +1,1 @@
+"""hf_laser inside other libraries: transformers pipelines, sentence-transformers, MTEB."""
