@@ -170,12 +170,12 @@ def main(argv=None) -> int:
     if args.single_embeddings:  # reused only if they are what this run would compute (else StaleEmbeddingsError)
         import inspect
 
-        from hf_laser.mining.shards import _shard_identity
+        from hf_laser.mining.shards import shard_identity
         from hf_laser.outputs import scan_input
 
         single_dir = Path(args.single_embeddings)
         max_tokens = inspect.signature(embed_shards).parameters["max_tokens"].default  # as embed_shards below
-        x, y = (load_embedding_shards(single_dir, path, args.lang, identity=_shard_identity(
+        x, y = (load_embedding_shards(single_dir, path, args.lang, identity=shard_identity(
             encoder, scan_input(path), args.lang, pretokenized=False, fp16=False, max_tokens=max_tokens))
             for path in (src, tgt))
         if x is None or y is None:

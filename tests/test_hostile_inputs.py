@@ -320,7 +320,7 @@ def test_language_caches_hold_rule_sets_not_every_code_a_client_sends():
     assert P._tokenizer.cache_info().currsize <= len(P.NONBREAKING_PREFIX_LANGS) + 4
     assert P._normalizer_blocks.cache_info().currsize <= len(P._NORMALIZER_LANGS) + 1
     assert len(tok._core.pipeline._preprocessors) <= T.MAX_CACHED_PREPROCESSORS
-    known = {c for c in codes if P.normalize_lang(c) in P._KNOWN_CODES}
+    known = {c for c in codes if P.normalize_lang(c) in P.KNOWN_CODES}
     assert all(row == generic for c, row in zip(codes, ids) if c not in known)
     for code in P.NONBREAKING_PREFIX_LANGS | {"en", "fr", "it", "ga"}:  # codes with rules of their own keep them
         assert P._tokenizer_rules_lang(code) == code

@@ -209,6 +209,49 @@ def test_the_top_level_holds_only_the_faces_and_the_subpackages():
     assert {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()} == SUBPACKAGES
 
 
+def _package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in SUBPACKAGES) else ""
+
+
+def test_no_private_name_is_imported_across_packages():
+    """Packages talk through public names: `from ..mining.search import _merge_into` in another package is a
+    private detail leaking (tests may, the library may not)."""
+    offenders = []
+    for module, path in MODULES.items():
+        if is_entry_point(module):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for target in _resolve(module, path.name == "__init__.py", node):
+                if _package_of(target) == _package_of(module):
+                    continue
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private:
+                    offenders.append(f"{module} <- {target}: {', '.join(private)}")
+    assert not offenders, offenders
+
+
+def test_module_level_imports_of_the_library_are_at_the_top():
+    """Imports at the top of a module: a function-local import is allowed only with its reason on its line or the
+    two above (`# lazy: ...`): a heavy or optional dependency (torch where the NumPy engine avoids it, faiss, Ray,
+    transformers on the command line's fast path), or a module that imports this one."""
+    offenders = []
+    for module, path in MODULES.items():
+        lines = path.read_text(encoding="utf-8").split("\n")
+        tree = ast.parse("\n".join(lines))
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for child in ast.walk(node):
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    context = " ".join(lines[max(child.lineno - 3, 0):child.end_lineno])
+                    if "lazy:" not in context:
+                        offenders.append(f"{path.relative_to(PACKAGE)}:{child.lineno}")
+    assert not offenders, f"{len(offenders)} function-local imports without a '# lazy: reason': {offenders[:20]}"
+
+
 def test_old_module_paths_still_import(recwarn):
     """Code written against the flat layout (`from hf_laser.modeling_laser import ...`, a `modules.json` naming
     `hf_laser.sentence_transformers_laser...`) keeps working, with a DeprecationWarning naming the new path."""

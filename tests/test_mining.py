@@ -670,7 +670,7 @@ def test_line_helpers_and_shard_plan(tmp_path, monkeypatch):
     assert M.plan_shards(1, 3) == [(0, 1), (1, 1), (1, 1)]
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
-    assert M._dist_env() == (3, 4)
+    assert M.dist_env() == (3, 4)
     with pytest.raises(ValueError, match="out of range"):
         M.embed_shards(ConceptEncoder(), f, tmp_path / "e", "en", rank=2, world_size=2)
 

@@ -448,10 +448,10 @@ def test_mine_embed_dir_and_shards_follow_edits(tiny_model_dir, encoder, texts, 
     with pytest.raises(M.StaleEmbeddingsError, match="input content"):
         M.load_embedding_shards(shards, fr, "fr")
     M.embed_shards(encoder, fr, shards, "fr", rank=0, world_size=1, num_shards=2)
-    loaded = M.load_embedding_shards(shards, fr, "fr", identity=M._shard_identity(
+    loaded = M.load_embedding_shards(shards, fr, "fr", identity=M.shard_identity(
         encoder, E.scan_input(fr), "fr", pretokenized=False, fp16=False, max_tokens=12000))
     np.testing.assert_allclose(loaded.to_numpy(), encoder.encode(read_lines(fr), lang="fr"), atol=1e-6, rtol=0)
     # another model: the shards are stale for it
     with pytest.raises(M.StaleEmbeddingsError, match="fp16|output dtype"):
-        M.load_embedding_shards(shards, fr, "fr", identity=M._shard_identity(
+        M.load_embedding_shards(shards, fr, "fr", identity=M.shard_identity(
             encoder, E.scan_input(fr), "fr", pretokenized=False, fp16=True, max_tokens=12000))

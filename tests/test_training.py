@@ -344,7 +344,7 @@ def test_unknown_language_code_warns_and_uses_the_defaults(tmp_path, small_token
            "max_length": 20, "cache_dir": str(tmp_path / "cache")}
     from hf_laser.text import preprocessing
 
-    preprocessing._warned_codes.discard("qqq")
+    preprocessing.warned_codes.discard("qqq")
     with pytest.warns(UserWarning, match="unknown language code 'qqq'.*Moses defaults"):
         data = prepare_training_data(cfg, tokenizer, log=lambda _: None)
     assert len(data) == 1

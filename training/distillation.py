@@ -120,7 +120,7 @@ def validate_distillation(model, valid, folder: Path, max_sentences, target_lang
     """xsim error (%, mean of both directions) of the student's embeddings of each source language of `valid`
     against the teacher's of each target language (raw lines of `folder`, embedded once into `cache`):
     `valid_error` (mean) and `valid_error_<lang>`."""
-    from training.train import embed_valid_rows, similarity_error
+    from training.common import embed_valid_rows, similarity_error
 
     was_training = model.training
     model.eval()

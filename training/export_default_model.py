@@ -206,7 +206,7 @@ def recipe_text(cfg: dict, recipe: str, dest: Path = DEST) -> str:
     schedule read from the config that the next one's `base` names."""
     if not cfg["training"].get("init_from"):
         return f"`{recipe}` (`{LAUNCH} --config {recipe} --output-dir {run_dir_of(recipe)}`): "
-    from training.train import load_config
+    from training.common import load_config
 
     def name(path: Path) -> str:
         return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
@@ -250,7 +250,7 @@ def recipe_differences(cfg: dict, recipe: str) -> list[str]:
     """The settings in which the run's `config.yaml` (`cfg`) and the config `recipe` (read as train.py reads it)
     differ in what the run computes (`training.train.config_differences`: where it started, how it logged aside):
     the card names the recipe as the run's, so it must be the run's."""
-    from training.train import config_differences, load_config
+    from training.common import config_differences, load_config
 
     return [f"{key}: recipe {recipe_value!r}, run {run_value!r}"
             for key, recipe_value, run_value in config_differences(load_config(REPO / recipe), cfg)]

@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.set and not args.config:
         parser.error("--set needs --config")
     if args.config:
-        from training.train import load_config
+        from training.common import load_config
 
         # train.py's reading of the config (its `base` configs, defaults and --set), so that both learn the same
         # BPE from one config

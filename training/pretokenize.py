@@ -45,8 +45,9 @@ from training.data import (  # noqa: E402
     resolve_corpora,
     tokenizer_fingerprint,
 )
-from training.train import REPO, load_config  # noqa: E402
+from training.common import load_config  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 CHECK_LINES = 200  # per file: the ids of the written tokens must equal the full tokenizer's
 SMALL_FILE_LINES = 20_000  # files with fewer lines are processed in this process, without workers
 

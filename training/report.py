@@ -181,7 +181,7 @@ def model_flores_misses(encoder, folder: Path, langs: list[str] | None, targets:
 
     from evaluation.cache import EmbeddingCache
     from evaluation.xsim import embed_languages, load_multiparallel
-    from training.train import similarity_misses
+    from training.common import similarity_misses
 
     data = load_multiparallel(folder, langs, max_sentences=max_sentences, log=lambda *_: None)
     cache = EmbeddingCache(encoder, enabled=False, show_progress=False)

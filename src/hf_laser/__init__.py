@@ -60,8 +60,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .modeling.configuration_laser import LaserConfig
     from .encoder import LaserEncoder
+    from .modeling.configuration_laser import LaserConfig
     from .modeling.modeling_laser import (
         LaserClassificationCollator,
         LaserClassificationHead,
@@ -123,8 +123,10 @@ class _ConfigTrigger(dict):
 
 
 def _register_config() -> None:
+    # lazy: transformers (the NumPy engine and the command line's start run without it)
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    # lazy: modeling.configuration_laser imports this module
     from .modeling.configuration_laser import LaserConfig
 
     CONFIG_MAPPING.register("laser", LaserConfig, exist_ok=True)
@@ -140,9 +142,13 @@ def _register_config_class() -> None:
 
 
 def _register_tokenizer() -> None:
+    # lazy: transformers (the NumPy engine and the command line's start run without it)
     from transformers.models.auto.tokenization_auto import AutoTokenizer
 
+    # lazy: modeling.configuration_laser imports this module
     from .modeling.configuration_laser import LaserConfig
+
+    # lazy: text.tokenization_laser imports this module
     from .text.tokenization_laser import LaserTokenizer
 
     _once("config", _register_config)
@@ -150,6 +156,7 @@ def _register_tokenizer() -> None:
 
 
 def _register_models_now() -> None:
+    # lazy: transformers (the NumPy engine and the command line's start run without it)
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import (
         AutoModel,
@@ -157,7 +164,10 @@ def _register_models_now() -> None:
         AutoModelForSequenceClassification,
     )
 
+    # lazy: modeling.configuration_laser imports this module
     from .modeling.configuration_laser import LaserConfig
+
+    # lazy: modeling.modeling_laser imports this module
     from .modeling.modeling_laser import LaserForPreTraining, LaserForSequenceClassification, LaserModel
 
     _once("config", _register_config)

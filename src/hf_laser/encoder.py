@@ -16,32 +16,45 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import partial
 from itertools import chain, islice
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from .checkpoints.integration_files import has_laser_tokenizer
 from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError, one_line, run_cli  # noqa: F401 (re-exported)
-from .checkpoints.integration_files import has_laser_tokenizer
+from .model_set import RoutedLaserEncoder
+from .modeling.bilstm_numpy import NumpyLaserBiLSTM
+from .models import check_model_dir, looks_local, resolve, resolve_model  # noqa: F401 (re-exported)
+from .outputs import (  # noqa: F401 (re-exported)
+    MANIFEST_FORMAT,
+    OutputFiles,
+    embedding_identity,
+    identity_changes,
+    model_sha256,
+    output_lock,
+    scan_input,
+    tokenizer_sha256,
+    write_json_atomic,
+)
+from .speed import ModelShape
+from .speed import resolve as choose_speed_mode
+from .speed.cpu import cpu_info, emulated_dtype_message, int8_without_kernels_message
 from .text.langid import CHECK_SAMPLE, warn_at_caller
-from .outputs import (MANIFEST_FORMAT, OutputFiles, embedding_identity, identity_changes,  # noqa: F401 (re-exported)
-                      model_sha256, output_lock, scan_input, tokenizer_sha256, write_json_atomic)
-from .models import check_model_dir, looks_local, resolve_model  # noqa: F401 (re-exported)
-from .text.text_tokenizer import LaserInputError, LaserTextTokenizer, _check_lang, _check_lines_arg
+from .text.text_tokenizer import LaserInputError, LaserTextTokenizer, check_lang_argument, check_lines_argument
 from .text.text_tokenizer import read_lines as tokenizer_read_lines
 
 if TYPE_CHECKING:
     import torch
 
     from .modeling.bilstm import LaserBiLSTM
-    from .modeling.bilstm_numpy import NumpyLaserBiLSTM
     from .modeling.modeling_laser import LaserModel
 
 ENGINES = ("torch", "numpy", "auto")
@@ -105,7 +118,7 @@ def _sentence_list(sentences) -> Sequence:
     set's order are no list of sentences)."""
     if isinstance(sentences, str):
         raise LaserInputError("expected a list of sentences, got a single str; wrap it in a list")
-    _check_lines_arg(sentences)
+    check_lines_argument(sentences)
     return sentences if isinstance(sentences, Sequence) else list(sentences)
 
 
@@ -202,25 +215,14 @@ class LaserEncoder:
             engine = "torch"
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
-        from .model_set import RoutedLaserEncoder, is_model_set
-
-        if not isinstance(path, (list, tuple)):
-            path = resolve_model(path, who="LaserEncoder")
-        if isinstance(path, (list, tuple)) or is_model_set(path):
+        resolved = resolve(path, who="LaserEncoder")
+        if resolved.is_set:
             # LASER2 + LASER3 students: one encoder that embeds each sentence with the model of its language
-            return RoutedLaserEncoder.from_pretrained(path, cls.from_pretrained, device=device, dtype=dtype,
-                                                      quantize=quantize, torch_only=torch_only, engine=engine,
-                                                      **({"speed": speed} if speed is not None else {}), **kwargs)
-        if isinstance(path, str) and not Path(path).exists():
-            from .checkpoints.download import resolve_named_model
-
-            # "laser2" / "laser3-wol_Latn": the original release, fetched and converted once into the cache
-            path = resolve_named_model(path) or path
-        if not Path(str(path)).expanduser().exists() and looks_local(path):
-            # at once and in one line (transformers would try it as a Hub id: 5 retries when offline)
-            from .models import missing_model_message
-
-            raise FileNotFoundError(missing_model_message(path))
+            return RoutedLaserEncoder.from_pretrained(resolved.location, cls.from_pretrained, device=device,
+                                                      dtype=dtype, quantize=quantize, torch_only=torch_only,
+                                                      engine=engine, **({"speed": speed} if speed is not None else {}),
+                                                      **kwargs)
+        path = resolved.location
         if speed is not None:
             choice = _resolve_speed(speed, path, device, kwargs)
             encoder = cls.from_pretrained(path, device=device, dtype=choice.dtype(), quantize=choice.quantize,
@@ -231,13 +233,12 @@ class LaserEncoder:
             why_not = _why_not_numpy(path, device, dtype, quantize, kwargs)
             model = tokenizer_loaded = None
             if why_not is None:
-                from concurrent.futures import ThreadPoolExecutor
 
                 # the weights (NumPy, mostly outside the GIL) load while the tokenizer's files are parsed
                 with ThreadPoolExecutor(max_workers=1) as pool:
                     future = pool.submit(_load_numpy_model, path)
                     try:
-                        tokenizer_loaded = _load_tokenizer(path, plain=True)
+                        tokenizer_loaded = load_tokenizer(path, plain=True)
                     except (OSError, ValueError) as err:
                         tokenizer_loaded = err
                     model = future.result()
@@ -249,14 +250,18 @@ class LaserEncoder:
                 return cls(model, *tokenizer_loaded)
             if engine == "numpy":
                 raise ValueError(f"engine='numpy' cannot load {path}: {why_not}; use engine='torch'")
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
+        # lazy: modeling.bilstm imports torch
         from .modeling.bilstm import LaserBiLSTM
 
         model = LaserBiLSTM.from_directory(path) if torch_only and not kwargs else None
         if model is None:
+            # lazy: transformers (the NumPy engine and the command line's start run without it)
             from transformers.utils import logging as hf_logging
 
+            # lazy: modeling.modeling_laser imports torch, transformers
             from .modeling.modeling_laser import LaserModel
 
             quiet = torch_only and Path(path).is_dir() and hf_logging.is_progress_bar_enabled()
@@ -277,7 +282,6 @@ class LaserEncoder:
             dtype = torch.float32
         weights_sha256 = model_sha256(model) if dtype is not None or quantize is not None else None
         if dtype is not None:
-            from .speed.cpu import emulated_dtype_message
 
             slow = emulated_dtype_message(dtype, device, flag=f"dtype={dtype}")
             if slow:
@@ -288,7 +292,6 @@ class LaserEncoder:
                 raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
             if device is not None and torch.device(device).type != "cpu":
                 raise ValueError("int8 dynamic quantisation runs on CPU only")
-            from .speed.cpu import cpu_info, int8_without_kernels_message
 
             slow = int8_without_kernels_message(cpu_info())
             if slow:
@@ -297,7 +300,7 @@ class LaserEncoder:
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM, torch.nn.Linear}, dtype=torch.qint8)
         if device is not None:
             model = model.to(device)
-        tokenizer, vocab = _load_tokenizer(path, plain=torch_only and not kwargs)
+        tokenizer, vocab = load_tokenizer(path, plain=torch_only and not kwargs)
         encoder = cls(model, tokenizer, vocab)
         encoder._model_sha256 = weights_sha256
         return encoder
@@ -325,6 +328,7 @@ class LaserEncoder:
     def _move_to(self, device) -> None:
         """Moves the model to `device`; a device it cannot run on (`meta`, a missing GPU) is a ValueError and the
         model stays where it was."""
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         if self.engine == "numpy":
@@ -349,6 +353,7 @@ class LaserEncoder:
 
     @property
     def device(self) -> torch.device:
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         return torch.device("cpu") if self.engine == "numpy" else next(self.model.parameters()).device
@@ -370,7 +375,7 @@ class LaserEncoder:
             if not isinstance(s, str):
                 raise LaserInputError(f"sentence {i} is {type(s).__name__}, expected str")
         if pretokenized:
-            lang = _check_lang(lang, None if lang is None or isinstance(lang, str) else len(sentences))
+            lang = check_lang_argument(lang, None if lang is None or isinstance(lang, str) else len(sentences))
             if self.vocab is None:
                 raise ValueError("this model directory has no vocabulary (vocab.json or tokenizer files)")
             get, unk, eos = self.vocab.get, self.unk_id, self.eos_id
@@ -401,6 +406,7 @@ class LaserEncoder:
         length, so one runaway line would otherwise stop the whole run. Shorter sequences are untouched.
         `on_truncated`, if given, is called with `[(index, length), ...]` instead of the warning.
         """
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         return torch.from_numpy(self._embed_ids(
@@ -418,6 +424,7 @@ class LaserEncoder:
             raise ValueError(f"max_sentence_tokens must be at least 2 (one token and </s>), got {max_sentence_tokens}")
         max_sentence_tokens, model_limit = self._sentence_limit(max_sentence_tokens)
         if device is not None:
+            # lazy: torch (the NumPy engine and the command line's start run without it)
             import torch
 
             if torch.device(device) != self.device:
@@ -476,6 +483,7 @@ class LaserEncoder:
     def _no_grad(self):
         if self.engine == "numpy":
             return nullcontext()
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         return torch.inference_mode()
@@ -537,6 +545,7 @@ class LaserEncoder:
     def _torch_pooled(self, ids_array: np.ndarray, mask: np.ndarray, batch_lengths: np.ndarray,
                       device) -> np.ndarray:
         """The PyTorch model's sentence embeddings of one right-padded batch, as float32 NumPy."""
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         try:
@@ -595,6 +604,7 @@ class LaserEncoder:
             emb = emb[0]
         if convert_to == "numpy":
             return emb
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         return torch.from_numpy(emb)
@@ -603,6 +613,7 @@ class LaserEncoder:
         """Rows scaled to unit L2 norm (a zero row stays zero), as `torch.nn.functional.normalize` computes it
         (with the torch engine, by that very function: the same bits as before the NumPy engine existed)."""
         if self.engine == "torch":
+            # lazy: torch (the NumPy engine and the command line's start run without it)
             import torch
 
             return torch.nn.functional.normalize(torch.from_numpy(emb), dim=-1).numpy()
@@ -686,7 +697,7 @@ class LaserEncoder:
             elif not isinstance(lang, str):
                 raise LaserInputError(f"encode_file takes one language for the whole file (a code or 'auto'), "
                                       f"got {type(lang).__name__}")
-            lang = _check_lang(lang)
+            lang = check_lang_argument(lang)
         info = scan_input(input_path)
         n, dim = info["lines"], self.dim
         dtype = np.dtype(np.float16 if fp16 else np.float32)
@@ -776,26 +787,26 @@ class LaserEncoder:
 def _resolve_speed(speed: str, path, device, kwargs):
     """`from_pretrained(speed=...)` as a [`~speed.SpeedChoice`] for the model at `path` (its config.json read for
     its shape: a Hub id's is fetched, as loading it would)."""
-    from .speed import ModelShape, resolve
 
     if device is None:
         device_type = "cpu"
     else:
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         device_type = torch.device(device).type
     if speed != "auto":
-        return resolve(speed, None, None, device_type)
-    from .speed.cpu import cpu_info
+        return choose_speed_mode(speed, None, None, device_type)
 
     config_file = Path(str(path)).expanduser() / "config.json"
     if not config_file.is_file():
+        # lazy: the Hub client, needed for Hub calls only
         from huggingface_hub import hf_hub_download
 
         config_file = hf_hub_download(str(path), "config.json", revision=kwargs.get("revision"),
                                       cache_dir=kwargs.get("cache_dir"))
     config = json.loads(Path(config_file).read_text(encoding="utf-8"))
-    return resolve(speed, cpu_info(), ModelShape.from_config(config), device_type)
+    return choose_speed_mode(speed, cpu_info(), ModelShape.from_config(config), device_type)
 
 
 def _why_not_numpy(path, device, dtype, quantize, kwargs) -> str | None:
@@ -814,18 +825,17 @@ def _why_not_numpy(path, device, dtype, quantize, kwargs) -> str | None:
 
 
 def _load_numpy_model(path):
-    from .modeling.bilstm_numpy import NumpyLaserBiLSTM
-
     return NumpyLaserBiLSTM.from_directory(path)
 
 
-def _load_tokenizer(path, *, plain: bool):
+def load_tokenizer(path, *, plain: bool):
     """`(tokenizer, vocab)` of a model directory: the transformers-free `LaserTextTokenizer` when `plain`, else
     `LaserTokenizer`; a dictionary-only directory (converted without subword files) gives its `vocab.json`."""
     tokenizer, vocab = None, None
     try:
         tokenizer = LaserTextTokenizer.from_directory(path) if plain else None
         if tokenizer is None:
+            # lazy: text.tokenization_laser imports transformers
             from .text.tokenization_laser import LaserTokenizer
 
             tokenizer = LaserTokenizer.from_pretrained(path)

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from .defaults import MODEL_SET_FILE as SET_FILE
+from .text.languages import flores_codes, is_flores_code, is_student_code, names_student, student_code
+from .text.preprocessing import KNOWN_CODES, normalize_lang
 
 FORMAT = "hf-laser model set"
 
@@ -38,8 +40,8 @@ FORMAT = "hf-laser model set"
 class UnknownLanguage(ValueError):
     """A language name that names no language, or one this model set has no model for."""
 
-
 def is_model_set(path) -> bool:
+    """Whether `path` is a model set's directory (it holds `laser_model_set.json`)."""
     return isinstance(path, (str, os.PathLike)) and (Path(path).expanduser() / SET_FILE).is_file()
 
 
@@ -50,7 +52,6 @@ def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike 
     of languages outside FLORES-200 ([`~languages.student_code`]); directories as paths from here, stored relative
     to `directory`; one directory may be the student of several languages). Every member must be a converted model directory (`config.json`)
     with the same embedding size. Returns the set's file."""
-    from .text.languages import student_code
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -95,7 +96,6 @@ def write_model_set(directory: str | os.PathLike, *, default: str | os.PathLike 
 
 def read_model_set(directory: str | os.PathLike) -> tuple[Path | None, dict[str, Path]]:
     """`(default directory or None, {FLORES code: student directory})` of a set, paths resolved."""
-    from .text.languages import is_student_code
 
     directory = Path(directory).expanduser()
     path = directory / SET_FILE
@@ -192,8 +192,6 @@ class RoutedLaserEncoder:
 
     def route(self, lang: str) -> str:
         """The member (`"default"` or a FLORES code) that embeds text in `lang` (see the module docstring)."""
-        from .text.languages import flores_codes, is_flores_code, names_student
-        from .text.preprocessing import _KNOWN_CODES, normalize_lang
 
         if not isinstance(lang, str) or not lang.strip():
             raise UnknownLanguage(f"a model set needs a language per sentence, got {lang!r}")
@@ -206,7 +204,7 @@ class RoutedLaserEncoder:
         if students:
             return students[0]
         try:
-            known = bool(codes) or normalize_lang(lang) in _KNOWN_CODES
+            known = bool(codes) or normalize_lang(lang) in KNOWN_CODES
         except ValueError:
             known = False
         if not known:
@@ -265,14 +263,12 @@ class RoutedLaserEncoder:
     def _member_lang(self, lang: str) -> tuple[str, str]:
         """`(member, language for its tokenizer)`: a student gets its FLORES code, the default model the code given,
         or the FLORES code of a language given by name (its preprocessing knows codes, not names)."""
-        from .text.languages import flores_codes
-        from .text.preprocessing import _KNOWN_CODES, normalize_lang
 
         key = self.route(lang)
         if key != "default":
             return key, key
         codes = flores_codes(lang)
-        return key, codes[0] if len(codes) == 1 and normalize_lang(lang) not in _KNOWN_CODES else lang
+        return key, codes[0] if len(codes) == 1 and normalize_lang(lang) not in KNOWN_CODES else lang
 
     def encode(self, sentences: str | Sequence[str], lang: str | Sequence[str] | None = None, **kwargs):
         """[`~encoder.LaserEncoder.encode`], each sentence by the model of its language (`lang`: one for all, or one

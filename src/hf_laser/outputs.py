@@ -33,8 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
+from . import __version__
 from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError
+from .modeling.plain_config import LASER_CONFIG_DEFAULTS
 from .text.langid import detector_version, is_auto
 
 __all__ = [
@@ -81,8 +83,6 @@ def scan_input(path: str | os.PathLike, *, sha256: bool = True) -> dict:
 
 
 def _package_version() -> str:
-    from . import __version__
-
     return __version__
 
 
@@ -93,7 +93,6 @@ def config_identity(config) -> dict:
     """The config values a model's identity covers. A LASER config (`LaserConfig` or the transformers-free
     `PlainLaserConfig`, which give the same): its own parameters, not the generic attributes transformers adds,
     whose set changes with transformers' version. Another config: all its values but metadata such as its path."""
-    from .modeling.plain_config import LASER_CONFIG_DEFAULTS
 
     values = config.to_dict()
     if values.get("model_type") == "laser":
@@ -117,6 +116,7 @@ def model_sha256(model) -> str:
             if value.size:
                 digest.update(np.ascontiguousarray(value).reshape(-1).view(np.uint8).data)
             continue
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         if not isinstance(value, torch.Tensor):
@@ -354,7 +354,6 @@ class NpyFile:
 class OutputBusyError(UsageError):
     """Another process is writing this output (its lock is held): the command line says so in one line, exit 2."""
 
-
 def lock_path(output: str | os.PathLike) -> Path:
     """`OUT.lock`, the lock file of the output `OUT` (it exists while a run holds it)."""
     output = Path(output)
@@ -380,6 +379,7 @@ def output_lock(output: str | os.PathLike, *, wait: bool = False,
     `embed_shards` shard locks the `.npy` that `encode_file` locks again). When another process holds it: an
     [`OutputBusyError`] naming that process, or with `wait=True` a line through `say` and a wait until it is free.
     The directory of `output` must exist."""
+    # lazy: writers only
     from filelock import FileLock, Timeout
 
     path = lock_path(output)

@@ -34,9 +34,24 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from transformers.utils import logging as hf_logging
 
 from ..modeling.configuration_laser import LaserConfig
 from ..modeling.modeling_laser import LaserModel
+from ..text.bpe import read_fields
+from ..text.languages import is_flores_code, student_code
+from ..text.tokenization_laser import LaserTokenizer
+from .fairseq_checkpoint import (
+    EXPECTED_FORMAT as LASER3_EXPECTED_FORMAT,
+)
+from .fairseq_checkpoint import (
+    NotALaser3Checkpoint,
+    encoder_state,
+    fairseq_dictionary,
+    laser3_model_config,
+    load_fairseq_checkpoint,
+)
+from .model_card import write_model_card
 
 EXPECTED_PARAMS = (
     "num_embeddings", "padding_idx", "embed_dim", "hidden_size", "num_layers", "bidirectional",
@@ -53,10 +68,8 @@ EXPECTED_FORMAT = (
 class NotALaserCheckpoint(ValueError):
     """The file is not an original LASER BiLSTM checkpoint (or a damaged one)."""
 
-
 class TokenizerMismatch(ValueError):
     """The subword files (BPE codes/vocab, SentencePiece model/cvocab) do not belong to the checkpoint."""
-
 
 POSITIVE_INT_PARAMS = ("num_embeddings", "embed_dim", "hidden_size", "num_layers")
 # fairseq pads a dictionary to a multiple of 8 with these; no tokenizer ever produces them.
@@ -282,18 +295,18 @@ def check_tokenizer_files(
       so it must list the same pieces in the same order (fairseq's `Dictionary.load` gives ids 4, 5, ... in file
       order).
     """
-    from ..text.bpe import _read_fields
 
     expected = dictionary_tokens(dictionary)
     if bpe_vocab is not None:
         try:
-            found = [fields[0] for fields in _read_fields(bpe_vocab, 2, "token count")]
+            found = [fields[0] for fields in read_fields(bpe_vocab, 2, "token count")]
         except (ValueError, UnicodeDecodeError) as err:
             raise TokenizerMismatch(f"{bpe_vocab} is not a fastBPE vocabulary ('token count' lines): {err}") from err
         found = [t for t in found if t not in SPECIAL_TOKENS]
         if len(found) != len(expected) or set(found) != set(expected):
             raise TokenizerMismatch(_mismatch("BPE", str(bpe_vocab), expected, found, "the fvocab", ordered=False))
     if spm_model is not None:
+        # lazy: needed by LASER2 tokenizers only
         import sentencepiece
 
         processor = sentencepiece.SentencePieceProcessor()
@@ -309,7 +322,7 @@ def check_tokenizer_files(
                                               ordered=False))
     if spm_vocab is not None:
         try:
-            found = [fields[0] for fields in _read_fields(spm_vocab, 2, "piece count")]
+            found = [fields[0] for fields in read_fields(spm_vocab, 2, "piece count")]
         except (ValueError, UnicodeDecodeError) as err:
             raise TokenizerMismatch(f"{spm_vocab} is not a fairseq dictionary ('piece count' lines): {err}") from err
         found = [t for t in found if t not in SPECIAL_TOKENS and not FAIRSEQ_PADDING.match(t)]
@@ -355,7 +368,6 @@ def save_tokenizer_files(
     """Writes a `LaserTokenizer` (dictionary + BPE codes/vocab or SentencePiece model) into `out_dir`;
     `laser2_punct_lang`: see [`~text_tokenizer.LaserTextPipeline`] (`"en"` for LASER3 students: laser_encoders'
     `LaserTokenizer` normalises punctuation with English rules for every language)."""
-    from ..text.tokenization_laser import LaserTokenizer
 
     tokenizer = LaserTokenizer.from_laser_files(
         dictionary, bpe_codes=bpe_codes, bpe_vocab=bpe_vocab, spm_model=spm_model,
@@ -455,7 +467,6 @@ def convert(
             with open(tmp_dir / "vocab.json", "w", encoding="utf-8") as f:
                 json.dump(checkpoint["dictionary"], f, ensure_ascii=False)
         if model_card:
-            from .model_card import write_model_card
 
             write_model_card(
                 tmp_dir,
@@ -489,7 +500,6 @@ def student_language(checkpoint_path, language: str | None) -> str | None:
     """The code to record for a student (FLORES-200, or `xxx_Scrp` outside it: [`~languages.student_code`]):
     `language` checked, else read from a `laser3-LANG.v1.pt` file name, else None (a LASER1/2 model: the default of
     a model set)."""
-    from ..text.languages import is_flores_code, student_code
 
     if language is None:
         match = LASER3_FILE_NAME.match(Path(checkpoint_path).name)
@@ -503,14 +513,6 @@ def student_language(checkpoint_path, language: str | None) -> str | None:
 def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_card: bool, no_tokenizer: bool,
                     language: str | None) -> Path:
     """`convert` for a LASER3 transformer checkpoint (see the module docstring)."""
-    from .fairseq_checkpoint import (
-        EXPECTED_FORMAT,
-        NotALaser3Checkpoint,
-        encoder_state,
-        fairseq_dictionary,
-        laser3_model_config,
-        load_fairseq_checkpoint,
-    )
 
     if spm_vocab is None:
         raise ValueError(f"{path} is a LASER3 transformer checkpoint: its dictionary is the .cvocab that comes with "
@@ -518,7 +520,7 @@ def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_ca
     try:
         checkpoint = load_fairseq_checkpoint(path)
         if "model" not in checkpoint or "cfg" not in checkpoint:
-            raise NotALaser3Checkpoint(f"{path} is not {EXPECTED_FORMAT}; found {sorted(checkpoint)}")
+            raise NotALaser3Checkpoint(f"{path} is not {LASER3_EXPECTED_FORMAT}; found {sorted(checkpoint)}")
         state = encoder_state(path, checkpoint["model"])
         values = laser3_model_config(path, checkpoint["cfg"], state)
     except NotALaser3Checkpoint as err:  # the converter's one error type for a checkpoint it cannot take
@@ -557,7 +559,6 @@ def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_ca
             with open(tmp_dir / "vocab.json", "w", encoding="utf-8") as f:
                 json.dump(dictionary, f, ensure_ascii=False)
         if model_card:
-            from .model_card import write_model_card
 
             write_model_card(tmp_dir, model_name=out_dir.name, base_model=path.name,
                              tokenizer="SentencePiece (LASER3, laser_encoders' LaserTokenizer)" if spm_model
@@ -567,7 +568,6 @@ def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_ca
 
 def _save_quietly(model, directory: Path) -> None:
     """`model.save_pretrained(directory)` without transformers' "Writing model shards" bar (one small file)."""
-    from transformers.utils import logging as hf_logging
 
     shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()

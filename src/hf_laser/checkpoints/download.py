@@ -33,6 +33,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import DISK_ERRNOS
+from ..text.languages import flores_codes, laser_languages
 
 BASE_URL = "https://dl.fbaipublicfiles.com/nllb/laser"
 CHUNK = 1 << 20
@@ -42,10 +43,8 @@ TIMEOUT_S = 60
 class ModelsNotAvailable(OSError):
     """The original files cannot be downloaded (offline, server error) and are not in the cache."""
 
-
 class DownloadCheckFailed(OSError):
     """A downloaded file is not what the server announced (size, MD5) or what the cache recorded (sha256)."""
-
 
 def cache_dir() -> Path:
     return Path(os.environ.get("HF_LASER_CACHE") or Path.home() / ".cache" / "hf_laser" / "laser")
@@ -59,7 +58,6 @@ def model_files(name: str) -> list[str]:
     """The original files of `"laser2"` or a LASER3 student's FLORES code (`"wol_Latn"`), as laser_encoders
     downloads them: the checkpoint, then the SentencePiece model and its `.cvocab` (LASER2's for a student without
     its own)."""
-    from ..text.languages import laser_languages
 
     if name == "laser2":
         return ["laser2.pt", "laser2.spm", "laser2.cvocab"]
@@ -73,7 +71,6 @@ def model_files(name: str) -> list[str]:
 def student_code(lang: str) -> str:
     """The FLORES-200 code of the LASER3 student for `lang` (code, ISO 639-3/1 or name); ValueError naming the
     choices when it names several students or none."""
-    from ..text.languages import flores_codes, laser_languages
 
     codes = [c for c in flores_codes(lang) if laser_languages()[c].laser3]
     if len(codes) == 1:
@@ -106,6 +103,7 @@ def _sha256(path: Path) -> str:
 
 
 def _progress(total: int | None, name: str, initial: int):
+    # lazy: progress bars only
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc=name, leave=False,
@@ -193,8 +191,10 @@ def _missing_message(missing: list[str], originals: Path, reason: str) -> str:
 def fetch_models(names: list[str], *, say=print) -> Path:
     """Downloads (where needed) and converts `names` (`"laser2"`, LASER3 FLORES codes) into the cache, updates the
     cache's model set, and returns the cache directory (a model set: `LaserEncoder.from_pretrained(it)`)."""
-    from .convert import convert
+    # lazy: checkpoints.convert imports numpy, torch, transformers
+    # lazy: model_set imports numpy
     from ..model_set import read_model_set, write_model_set
+    from .convert import convert
 
     root = cache_dir()
     originals = root / "originals"

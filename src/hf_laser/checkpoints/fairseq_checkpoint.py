@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from ..text.bpe import read_fields
+
 # fairseq's `TransformerConfig` defaults for the keys LASER3 models use (`fairseq/models/transformer/
 # transformer_config.py`, `TransformerConfig.from_namespace` fills whatever a namespace lacks with them)
 FAIRSEQ_DEFAULTS = {
@@ -63,7 +65,6 @@ EXPECTED_FORMAT = (
 class NotALaser3Checkpoint(ValueError):
     """The file is not a LASER3 transformer checkpoint (or holds objects one does not have)."""
 
-
 class _Record:
     """An inert stand-in for a class a checkpoint names: keeps what unpickling gives it, runs nothing."""
 
@@ -86,7 +87,6 @@ class _Record:
 
 class _Any(_Record):
     """`typing.Any`, as omegaconf metadata names it."""
-
 
 _RECORD_CLASSES: dict[str, type] = {}
 _BUILTIN_TYPES = {f"builtins.{t.__name__}": t for t in (dict, list, tuple, set, str, int, float, bool, object)}
@@ -302,10 +302,9 @@ def fairseq_dictionary(cvocab: str | Path, with_mask: bool) -> dict[str, int]:
     """fairseq's `Dictionary.load(cvocab)` as laser_encoders builds it: `<s> <pad> </s> <unk>` = 0..3, then the
     `piece count` lines in file order (a repeated piece is an error, as in fairseq), then `<mask>` when the
     checkpoint has a final layer norm (laser_encoders adds it then)."""
-    from ..text.bpe import _read_fields
 
     dictionary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for fields in _read_fields(cvocab, 2, "piece count"):
+    for fields in read_fields(cvocab, 2, "piece count"):
         piece = fields[0]
         if piece in dictionary:
             raise ValueError(f"{cvocab}: the piece {piece!r} appears twice (fairseq's Dictionary.load refuses that)")

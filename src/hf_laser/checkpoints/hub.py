@@ -22,6 +22,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .integration_files import write_integration_files
+
 __all__ = [
     "TASKS",
     "results_markdown",
@@ -151,6 +153,7 @@ def results_markdown(results: dict, plots: dict[str, str] | None = None, heading
 def eval_results_from_results(results: dict, *, include_languages: bool = True) -> list:
     """`huggingface_hub.EvalResult`s for a `results.json` dict: the averages (dataset config `average`) and, with
     `include_languages`, every language."""
+    # lazy: the Hub client, needed for Hub calls only
     from huggingface_hub import EvalResult
 
     out = []
@@ -187,6 +190,7 @@ def card_with_results(model_dir: str | Path, results: dict | None, *, repo_id: s
                       include_languages: bool = True) -> str:
     """The card text for `model_dir`: its `README.md` (or the package template) with the Evaluation section holding
     [`results_markdown`] and the metadata holding `model-index`; `PATH_OR_REPO_ID` placeholders become `repo_id`."""
+    # lazy: the Hub client, needed for Hub calls only
     from huggingface_hub import ModelCard, ModelCardData
 
     model_dir = Path(model_dir)
@@ -194,7 +198,10 @@ def card_with_results(model_dir: str | Path, results: dict | None, *, repo_id: s
     if readme.is_file():
         text = readme.read_text(encoding="utf-8")
     else:
+        # lazy: modeling.configuration_laser imports transformers
         from ..modeling.configuration_laser import LaserConfig
+
+        # lazy: checkpoints.model_card imports transformers
         from .model_card import render_model_card
 
         config = LaserConfig.from_pretrained(model_dir)
@@ -226,6 +233,7 @@ def validate_card(content: str, expected_results: int | None = None) -> dict:
 
     Returns the metadata dict; raises ValueError when the YAML does not parse or `model-index` does not round-trip
     to `expected_results` evaluation results."""
+    # lazy: the Hub client, needed for Hub calls only
     from huggingface_hub import ModelCard, metadata_load
     from huggingface_hub.repocard_data import model_index_to_eval_results
 
@@ -286,7 +294,6 @@ def with_remote_code(model_dir: str | Path, staging: str | Path) -> Path:
     """`model_dir` as the Hub gets it: for a LASER directory, a copy in `staging` (large files linked, not copied)
     completed by `hf_laser.checkpoints.integration_files.write_integration_files` (code files from the package's sources,
     `auto_map`, `custom_pipelines`, sentence-transformers files); any other directory as it is."""
-    from .integration_files import write_integration_files
 
     model_dir, staging = Path(model_dir), Path(staging)
     config = model_dir / "config.json"
@@ -343,6 +350,7 @@ def _push(model_dir, repo_id, files, *, results_dir, private, revision, commit_m
         for path, size in listing:
             log(f"  {path}  ({size:,} bytes)")
         return summary
+    # lazy: the Hub client, needed for Hub calls only
     from huggingface_hub import CommitOperationAdd, HfApi, get_token
 
     if api is None:

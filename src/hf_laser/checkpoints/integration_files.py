@@ -99,6 +99,7 @@ def has_laser_tokenizer(directory: str | Path) -> bool:
 def _pipeline_source() -> Path:
     # A relative import: transformers copies the files this module imports next to it (into a saved directory, and
     # into its module cache for remote code), so a model loaded as remote code can ship the pipeline again.
+    # lazy: integrations.pipeline_laser imports transformers
     from ..integrations.pipeline_laser import LaserFeatureExtractionPipeline  # noqa: F401
 
     return source_file(PIPELINE_FILE) or SOURCES / PIPELINE_FILE

@@ -4,13 +4,22 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import shutil
+import stat
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
 from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS
 from ..errors import EmbeddingWriteError, UsageError, one_line
+from ..models import check_model_dir
+from ..speed.cpu import cpu_info, emulated_dtype_message, int8_without_kernels_message
+from ..text.langid import is_auto
+from ..text.languages import LANG_CODE, check_language
+from ..text.preprocessing import KNOWN_CODES, normalize_lang, warned_codes
 
 
 def add_max_sentence_tokens_argument(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +37,8 @@ def max_sentence_tokens_arg(args: argparse.Namespace) -> int | None:
 def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwargs):
     """`LaserEncoder.from_pretrained(model, **kwargs)` for a command line: the model argument is checked first
     ([`hf_laser.models.check_model_dir`]), and failures are [`UsageError`]s of one line."""
+    # lazy: encoder imports numpy, tqdm
     from ..encoder import LaserEncoder
-    from ..models import check_model_dir
 
     check_model_dir(model)
     try:
@@ -44,7 +53,6 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     dtype = kwargs.get("dtype") if choice is None else choice.dtype()
     slow = dtype is not None and slow_cpu_dtype_message(dtype, kwargs.get("device") or "cpu")
     if getattr(encoder, "quantize", None) == "int8":
-        from ..speed.cpu import cpu_info, int8_without_kernels_message
 
         slow = slow or int8_without_kernels_message(cpu_info(), flag="--int8")
     if slow:
@@ -61,7 +69,6 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
 def slow_cpu_dtype_message(dtype, device) -> str | None:
     """Why `--dtype bfloat16` / `float16` will be slow on this CPU ([`hf_laser.speed.cpu.emulated_dtype_message`]), or
     None."""
-    from ..speed.cpu import emulated_dtype_message
 
     dtype_name = str(dtype).removeprefix("torch.")
     return emulated_dtype_message(dtype, device, flag=f"--dtype {dtype_name}", int8="--int8")
@@ -72,24 +79,21 @@ def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | No
     as LASER3 lists them (`french`, `wolof`: returned as its FLORES-200 code, `fra_Latn`); anything else is a
     [`UsageError`] (`fr,en`, `123`, `../etc`). A well-formed code without LASER rules of its own is accepted with one
     line on stderr (in place of the library's warning). Returns the language to use."""
-    from ..text.langid import is_auto
 
     if lang is None or is_auto(lang):
         return lang
     if not lang.strip():
         raise UsageError(f"{flag} lang is an empty string: give a language code (en, fr, zh, ...) or auto")
-    from ..text.languages import LANG_CODE, check_language
 
     if not LANG_CODE.match(lang):
         try:
             return check_language(lang)
         except ValueError as err:
             raise UsageError(f"{flag} {err}") from None
-    from ..text.preprocessing import _KNOWN_CODES, _warned_codes, normalize_lang
 
     code = normalize_lang(lang)
-    if code not in _KNOWN_CODES and code not in _warned_codes:
-        _warned_codes.add(code)  # the library's UserWarning is replaced by this line
+    if code not in KNOWN_CODES and code not in warned_codes:
+        warned_codes.add(code)  # the library's UserWarning is replaced by this line
         print(f"{who}: note: no LASER preprocessing rules for language {lang!r}: using the Moses defaults (English "
               "non-breaking prefixes, generic punctuation rules)", file=sys.stderr)
     return lang
@@ -99,6 +103,7 @@ def check_device_arg(device: str | None) -> None:
     """`--device`: a device torch knows (`cpu`, `cuda`, `cuda:1`, `mps`...) that is there; else a [`UsageError`]."""
     if device is None or device == "cpu":  # (torch is not imported for the common case)
         return
+    # lazy: torch (the NumPy engine and the command line's start run without it)
     import torch
 
     try:
@@ -164,6 +169,7 @@ def dtype_arg(name: str):
     the torch dtype."""
     if name == "float32":
         return None
+    # lazy: torch (the NumPy engine and the command line's start run without it)
     import torch
 
     return getattr(torch, name)
@@ -184,7 +190,6 @@ def check_encoding_args(args: argparse.Namespace) -> None:
 
 def is_stream(path: str | os.PathLike) -> bool:
     """True for an input that exists but is no regular file or directory: a pipe, `/dev/stdin`, `<(zcat f.gz)`."""
-    import stat
 
     try:
         mode = os.stat(path).st_mode
@@ -196,9 +201,6 @@ def is_stream(path: str | os.PathLike) -> bool:
 def spool_stream(source, name: str) -> str:
     """Copies a stream (a binary file object, or the path of a pipe) into a temporary file (in `TMPDIR`) and returns
     its path: the encoder counts and streams files. A full disk says where the copy was going."""
-    import errno
-    import shutil
-    import tempfile
 
     tmp = tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False)
     try:
@@ -241,6 +243,7 @@ def add_ray_arguments(parser: argparse.ArgumentParser, *, searchers: bool = Fals
 def connect_ray(args: argparse.Namespace):
     """Ray, connected to `--ray ADDRESS` (else `$RAY_ADDRESS`, else started on this machine when first used)."""
     try:
+        # lazy: Ray (the ray extra)
         import ray
     except ImportError:
         raise UsageError("--ray needs Ray: pip install \"hf-laser[ray]\"") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..errors import exit_status
 
@@ -26,8 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     # the files first, before torch is imported (seconds): a mistyped path is said at once
     for what, path in (("checkpoint", args.checkpoint), ("file", args.bpe_codes), ("file", args.bpe_vocab),
                        ("file", args.spm_model), ("file", args.spm_vocab)):
@@ -35,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"hf-laser convert: error: {what} not found: {path}"
                   + (" (a directory)" if Path(path).is_dir() else ""), file=sys.stderr)
             return 2
+    # lazy: checkpoints.convert imports this module
     from ..checkpoints.convert import NotALaserCheckpoint, convert
 
     try:
@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # lazy: checkpoints.convert imports this module
     from ..checkpoints.convert import __doc__ as doc
 
     parser = argparse.ArgumentParser(prog="python -m hf_laser.checkpoints.convert", description=doc.splitlines()[0])

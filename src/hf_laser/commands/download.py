@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..checkpoints.download import ModelsNotAvailable, fetch_models, student_code
 from ..errors import UsageError
 
 WHO = "hf-laser download"
@@ -19,7 +20,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_models(tokens: list[str]) -> list[str]:
     """`["laser2", "laser3", "wolof", "zul"]` -> `["laser2", "wol_Latn", "zul_Latn"]` (UsageError when wrong)."""
-    from ..checkpoints.download import student_code
 
     names, in_laser3 = [], False
     for token in tokens:
@@ -41,8 +41,6 @@ def parse_models(tokens: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..checkpoints.download import ModelsNotAvailable, fetch_models
-
     names = parse_models(args.models)
     try:
         root = fetch_models(names, say=lambda m: print(f"{WHO}: {m}", file=sys.stderr))

@@ -10,9 +10,21 @@ from pathlib import Path
 
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_TOKENS
 from ..errors import UsageError
-from .common import (add_engine_argument, add_max_sentence_tokens_argument, add_speed_argument, check_device_arg,
-                     check_encoding_args, check_lang_arg, check_output_path, is_stream, load_encoder_for_cli,
-                     max_sentence_tokens_arg, speed_kwargs, spool_stream)
+from ..models import resolve_model
+from .common import (
+    add_engine_argument,
+    add_max_sentence_tokens_argument,
+    add_speed_argument,
+    check_device_arg,
+    check_encoding_args,
+    check_lang_arg,
+    check_output_path,
+    is_stream,
+    load_encoder_for_cli,
+    max_sentence_tokens_arg,
+    speed_kwargs,
+    spool_stream,
+)
 
 WHO = "hf-laser embed"
 
@@ -57,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{WHO}: error: --lang is required: pass the language code of the input (e.g. --lang fr) or "
               "--lang auto to detect it per sentence", file=sys.stderr)
         return 2
-    from ..models import resolve_model
 
     # every argument is checked before the model is loaded or any file is created
     args.lang = check_lang_arg(args.lang, WHO)

@@ -4,14 +4,26 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import os
 import sys
 from pathlib import Path
 
 from ..defaults import DEFAULT_MAX_TOKENS
 from ..errors import UsageError
-from .common import (add_max_sentence_tokens_argument, add_ray_arguments, add_speed_argument, check_device_arg,
-                     check_encoding_args, check_lang_arg, connect_ray, load_encoder_for_cli, max_sentence_tokens_arg)
+from ..models import check_model_dir, resolve_model
+from ..text.text_tokenizer import check_lang_argument
+from .common import (
+    add_max_sentence_tokens_argument,
+    add_ray_arguments,
+    add_speed_argument,
+    check_device_arg,
+    check_encoding_args,
+    check_lang_arg,
+    connect_ray,
+    load_encoder_for_cli,
+    max_sentence_tokens_arg,
+)
 
 WHO = "hf-laser embed-shards"
 
@@ -55,6 +67,7 @@ def _speed(args: argparse.Namespace) -> dict:
 
 
 def _worker(args: argparse.Namespace, rank: int, world: int, threads: int) -> None:
+    # lazy: torch (the NumPy engine and the command line's start run without it)
     import torch
 
     torch.set_num_threads(max(1, threads))
@@ -69,9 +82,8 @@ def run(args: argparse.Namespace) -> int:
     threads, waits for them and fails if any failed. The inputs, languages and model directory are checked first
     (a [`~hf_laser.errors.UsageError`] / `FileNotFoundError` of one line), before any worker starts.
     """
-    from ..mining import _dist_env, embed_shards, load_embedding_shards
-    from ..models import check_model_dir, resolve_model
-    from ..text.text_tokenizer import _check_lang
+    # lazy: mining imports numpy, tqdm
+    from ..mining import dist_env, embed_shards, load_embedding_shards
 
     parquet = [path for _, path in args.input if _is_parquet(path)]
     if parquet and not getattr(args, "ray", None):
@@ -88,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"input file not found: {path}" if not Path(path).exists()
                                     else f"input {path} is not a file")
         if not args.pretokenized:
-            _check_lang(lang)
+            check_lang_argument(lang)
             args.input[i] = (check_lang_arg(lang, WHO, "--input LANG"), path)  # a language name -> its code
     check_device_arg(args.device)
     check_encoding_args(args)
@@ -99,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         if args.nproc or args.rank is not None or args.world_size is not None:
             raise UsageError("--ray gives the shards out itself: drop --nproc / --rank / --world-size")
         connect_ray(args)
+        # lazy: mining.on_ray imports numpy, tqdm
         from ..mining.on_ray import embed_files, embed_parquet
 
         for lang, path in [(lang, path) for lang, path in args.input if _is_parquet(path)]:
@@ -119,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
                     **({"device": args.device} if args.device else {}))
         return 0
     if getattr(args, "nproc", None):
-        import multiprocessing as mp
 
         n = int(args.nproc)
         ctx = mp.get_context("spawn")
@@ -136,11 +148,12 @@ def run(args: argparse.Namespace) -> int:
             if load_embedding_shards(args.embed_dir, path, lang) is None:
                 raise RuntimeError(f"shards of {path} are incomplete after all workers finished")
         return 0
-    rank, world = _dist_env()
+    rank, world = dist_env()
     rank = rank if args.rank is None else args.rank
     world = world if args.world_size is None else args.world_size
     device = args.device
     if device is None:
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")

@@ -7,16 +7,18 @@ import argparse
 import platform
 import sys
 
+from .. import __version__
+from ..speed import ModelShape, choose
+from ..speed.cpu import MODES, cpu_info
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     pass
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: torch (the NumPy engine and the command line's start run without it)
     import torch
-
-    from .. import __version__
-    from ..speed.cpu import MODES, cpu_info
 
     info = cpu_info()
     print(f"hf-laser {__version__}, Python {platform.python_version()}, torch {torch.__version__}"
@@ -25,7 +27,6 @@ def run(args: argparse.Namespace) -> int:
     notes = info.notes()
     for mode in MODES:
         print(f"  {mode:<5} {notes[mode]}")
-    from ..speed import ModelShape, choose
 
     print("--speed auto picks here:")
     for name, shape in (("a one-layer BiLSTM (laser-mini)", ModelShape("bilstm", 1)),

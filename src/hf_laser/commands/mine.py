@@ -9,26 +9,41 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
+import shutil
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_TOKENS
-from ..errors import run_cli
+from ..errors import UsageError, run_cli
+from ..models import resolve_model
 from . import embed_shards
-from ..errors import UsageError
-from .common import (add_max_sentence_tokens_argument, add_ray_arguments, add_speed_argument, check_device_arg,
-                     check_encoding_args, check_lang_arg, check_output_path, connect_ray, load_encoder_for_cli,
-                     max_sentence_tokens_arg, ray_on_a_cluster)
+from .common import (
+    add_max_sentence_tokens_argument,
+    add_ray_arguments,
+    add_speed_argument,
+    check_device_arg,
+    check_encoding_args,
+    check_lang_arg,
+    check_output_path,
+    connect_ray,
+    load_encoder_for_cli,
+    max_sentence_tokens_arg,
+    ray_on_a_cluster,
+)
 
 WHO = "hf-laser mine"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``hf-laser mine`` arguments to ``parser`` (a sub-command parser)."""
-    from ..mining import _MODE_ALIASES, MARGINS, MODES
+    # lazy: mining imports numpy, tqdm
+    from ..mining import MARGINS, MODE_ALIASES, MODES
 
     parser.add_argument("src", help="source text file, one sentence per line")
     parser.add_argument("tgt", help="target text file, one sentence per line")
@@ -39,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", required=True, help="output TSV: score<TAB>src<TAB>tgt, best first")
     parser.add_argument("--threshold", type=float, default=None,
                         help="keep pairs with score > THRESHOLD (default: keep all)")
-    parser.add_argument("--mode", default="max", choices=list(MODES) + list(_MODE_ALIASES),
+    parser.add_argument("--mode", default="max", choices=list(MODES) + list(MODE_ALIASES),
                         help="candidate selection (default: max)")
     parser.add_argument("--margin", default="ratio", choices=MARGINS, help="margin function (default: ratio)")
     parser.add_argument("-k", "--k", "--neighborhood", dest="k", type=int, default=4,
@@ -86,7 +101,10 @@ def _side_embeddings(encoder_fn, path, lang, embed_dir: Path, dedup: bool, args,
 
     Shards from ``embed-shards`` are used when they were computed from this file's content with this model and
     options; other cached files are checked by ``encode_file`` (its manifest), so nothing stale is reused."""
+    # lazy: mining imports numpy, tqdm
     from ..mining import embedding_key, scan_input
+
+    # lazy: outputs imports numpy
     from ..outputs import output_lock
 
     info = scan_input(path)
@@ -100,11 +118,11 @@ def _side_embeddings(encoder_fn, path, lang, embed_dir: Path, dedup: bool, args,
 
 
 def _side_embeddings_locked(encoder_fn, path, lang, embed_dir: Path, dedup: bool, args, show, info, key):
-    from ..mining import (StaleEmbeddingsError, _shard_identity, as_embeddings, deduplicate_file,
-                          load_embedding_shards)
+    # lazy: mining imports numpy, tqdm
+    from ..mining import StaleEmbeddingsError, as_embeddings, deduplicate_file, load_embedding_shards, shard_identity
 
     n = info["lines"]
-    identity = _shard_identity(encoder_fn(), info, lang, pretokenized=args.pretokenized, fp16=args.fp16,
+    identity = shard_identity(encoder_fn(), info, lang, pretokenized=args.pretokenized, fp16=args.fp16,
                                max_tokens=args.max_tokens, max_sentence_tokens=max_sentence_tokens_arg(args))
     sharded = None
     if not getattr(args, "overwrite", False):
@@ -149,9 +167,8 @@ def _scratch_dir(embed_dir: Path):
     """A new directory in `embed_dir` for this run's kNN arrays, locked while the run uses it and removed after; the
     scratch directories of runs that died (their lock no longer held) are removed first, saying so: they can be
     many GB."""
-    import shutil
-    import uuid
 
+    # lazy: outputs imports numpy
     from ..outputs import OutputBusyError, output_lock
 
     for old in sorted(embed_dir.glob("mine-scratch-*")):
@@ -178,11 +195,12 @@ def run(args: argparse.Namespace) -> int:
     Errors are raised; under [`hf_laser.errors.run_cli`] they become one line on stderr with exit status 2 for a
     user error, 1 for a full disk.
     """
-    import tempfile
 
+    # lazy: mining imports numpy, tqdm
     from ..mining import mine, require_faiss
+
+    # lazy: mining.lines imports numpy, tqdm
     from ..mining.lines import LineReader
-    from ..models import resolve_model
 
     t0 = time.time()
     show = False if getattr(args, "no_progress", False) else None
@@ -214,11 +232,11 @@ def run(args: argparse.Namespace) -> int:
         if args.overwrite:
             raise UsageError("--overwrite with --ray: delete the shards in --embed-dir instead")
         connect_ray(args)
-        from functools import partial
 
+        # lazy: mining.on_ray imports numpy, tqdm
         from ..mining.on_ray import knn_search_on_ray
 
-        knn = partial(knn_search_on_ray, num_searchers=args.num_searchers, gpus_per_searcher=args.gpus_per_searcher)
+        knn = functools.partial(knn_search_on_ray, num_searchers=args.num_searchers, gpus_per_searcher=args.gpus_per_searcher)
 
     tmpdir = None
     if args.embed_dir:
@@ -229,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         embed_dir = Path(tmpdir.name)
     try:
         if args.ray:  # both files as shards by encoder actors (finished shards skipped), found below by identity
+            # lazy: mining.on_ray imports numpy, tqdm
             from ..mining.on_ray import embed_files
 
             embed_files([(args.src_lang, args.src), (args.tgt_lang, args.tgt)], embed_dir, model,

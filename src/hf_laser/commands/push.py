@@ -7,6 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..checkpoints.hub import __doc__ as doc
+from ..checkpoints.hub import push_to_hub
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model_dir", help="model directory (hf-laser convert / save_pretrained output)")
@@ -22,8 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..checkpoints.hub import push_to_hub
-
     try:
         summary = push_to_hub(args.model_dir, args.repo_id, results_dir=args.results, private=args.private,
                               revision=args.revision, commit_message=args.commit_message, dry_run=args.dry_run,
@@ -37,8 +38,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    from ..checkpoints.hub import __doc__ as doc
-
     parser = argparse.ArgumentParser(prog="hf-laser push", description=doc.split("\n\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -4,10 +4,13 @@ orjson: the `serve` extra) and torch are imported only when the command runs."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..errors import UsageError
-from .common import add_speed_argument
+from ..models import resolve_model
+from ..serving.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
+from .common import add_speed_argument, load_encoder_for_cli, speed_kwargs
 
 WHO = "hf-laser serve"
 DEFAULT_HOST = "127.0.0.1"
@@ -16,7 +19,6 @@ DEFAULT_PORT = 8080
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # hf_laser.serving.batching imports numpy only: `hf-laser serve --help` stays fast
-    from ..serving.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
 
     parser.add_argument("--model", default=None,
                         help="model directory (from hf-laser convert) or Hub id (default: the shipped laser-mini)")
@@ -91,12 +93,16 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
     try:
+        # lazy: the serve extra
         import orjson  # noqa: F401
         import starlette  # noqa: F401
+
+        # lazy: the serve extra
         import uvicorn  # noqa: F401
     except ImportError as err:
         raise ImportError(f"hf-laser serve needs the 'serve' extra ({err.name} is missing): "
                           "pip install 'hf-laser[serve]'") from err
+    # lazy: serving.server imports numpy, orjson, starlette
     from ..serving.server import bind
 
     try:  # before the model is loaded: a port in use is reported at once
@@ -104,12 +110,14 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {err.strerror or err}") from err
     try:
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
-        from ..models import resolve_model
+        # lazy: serving.app imports numpy, orjson, starlette
         from ..serving.app import Limits, model_name
+
+        # lazy: serving.server imports numpy, orjson, starlette
         from ..serving.server import serve
-        from .common import load_encoder_for_cli, speed_kwargs
 
         torch.set_num_threads(args.threads or max(1, torch.get_num_threads() - 1))
         if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -139,8 +147,8 @@ def run(args: argparse.Namespace) -> int:
 def security_of(args: argparse.Namespace):
     """The server's [`~hf_laser.serving.app.Security`] from `--api-key` / `$HF_LASER_API_KEY` and `--allowed-hosts`
     (default: the loopback names and the `--host` address)."""
-    import os
 
+    # lazy: serving.app imports numpy, orjson, starlette
     from ..serving.app import LOOPBACK_HOSTS, Security
 
     key = args.api_key if args.api_key is not None else os.environ.get("HF_LASER_API_KEY") or None

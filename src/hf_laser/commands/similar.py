@@ -15,6 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..models import resolve_model
+from ..text.langid import detect, is_auto
+from ..text.text_tokenizer import check_lang_argument
+from .common import check_device_arg, check_lang_arg, load_encoder_for_cli
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
@@ -54,16 +59,11 @@ def _read(path: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import resolve_model
-    from ..text.text_tokenizer import _check_lang
-    from ..text.langid import detect, is_auto
-    from .common import check_device_arg, check_lang_arg, load_encoder_for_cli
-
     try:
         if args.k < 1:
             raise ValueError(f"-k must be at least 1, got {args.k}")
-        _check_lang(args.lang)
-        _check_lang(args.target_lang)
+        check_lang_argument(args.lang)
+        check_lang_argument(args.target_lang)
         args.lang = check_lang_arg(args.lang, "hf-laser similar")
         args.target_lang = check_lang_arg(args.target_lang, "hf-laser similar", "--target-lang")
         check_device_arg(args.device)

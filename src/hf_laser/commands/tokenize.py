@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError, exit_status, one_line
+from ..models import check_local_dir, resolve_model
+from ..text.text_tokenizer import LaserTextPipeline, LaserTextTokenizer
 from .common import check_lang_arg
 
 WHO = "hf-laser tokenize"
@@ -47,8 +49,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{WHO}: error: --lang is required: pass the language code of the input (e.g. --lang fr) or "
               "--lang auto to detect it per sentence", file=sys.stderr)
         return 2
-    from ..models import check_local_dir, resolve_model
-    from ..text.text_tokenizer import LaserTextPipeline, LaserTextTokenizer
 
     try:
         check_lang_arg(args.lang, WHO)
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
             check_local_dir(model)  # a missing local path is an error here, not a Hub id to look up
             tok = LaserTextTokenizer.from_directory(model)  # a plain directory: no transformers to import
             if tok is None:
+                # lazy: text.tokenization_laser imports numpy, transformers
                 from ..text.tokenization_laser import LaserTokenizer
 
                 tok = LaserTokenizer.from_pretrained(model)

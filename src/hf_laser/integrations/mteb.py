@@ -42,8 +42,8 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 
 from ..encoder import LaserEncoder
-from ..text.langid import classify, sample, supported_codes
 from ..models import resolve_model
+from ..text.langid import classify, sample, supported_codes
 from ..text.preprocessing import normalize_lang
 
 __all__ = ["LaserMTEBEncoder", "subset_languages", "identify_language", "texts_sha256"]
@@ -197,6 +197,7 @@ class LaserMTEBEncoder(AbsEncoder):
 
 
 def _check_laser_directory(path) -> None:
+    # lazy: transformers (the NumPy engine and the command line's start run without it)
     from transformers import PretrainedConfig
 
     model_type = PretrainedConfig.get_config_dict(str(path))[0].get("model_type")

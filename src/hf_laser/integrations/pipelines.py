@@ -24,12 +24,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import Pipeline
+from transformers import Pipeline, pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
+from ..model_set import RoutedLaserEncoder
 from ..modeling.modeling_laser import LaserModel
-from ..models import DEFAULT_MODEL
-from ..text.text_tokenizer import LaserInputError, _check_lang, _check_texts
+from ..models import DEFAULT_MODEL, resolve
+from ..text.text_tokenizer import LaserInputError, check_lang_argument, check_texts
 
 TASK = "laser-sentence-embedding"
 
@@ -48,18 +49,18 @@ class LaserSentenceEmbeddingPipeline(Pipeline):
     _load_processor = False
     _load_image_processor = False
     _load_feature_extractor = False
-    _load_tokenizer = True
+    load_tokenizer = True
 
     def __call__(self, inputs: str | Sequence[str], lang: str | Sequence[str] | None = None, **kwargs):
         if isinstance(inputs, (list, tuple)):
-            _check_texts(inputs)
+            check_texts(inputs)
         if lang is not None and not isinstance(lang, str):
             # one language per sentence: pair them so each item carries its own code through batching
             if not isinstance(inputs, (list, tuple)):
                 raise LaserInputError("a list of languages needs a list of sentences of the same length, got "
                                       f"{type(inputs).__name__} sentences")
             try:
-                lang = _check_lang(lang, len(inputs))
+                lang = check_lang_argument(lang, len(inputs))
             except LaserInputError as err:
                 raise LaserInputError(f"{err} (a list of languages needs a list of sentences of the same length)") \
                     from None
@@ -104,8 +105,6 @@ class RoutedLaserPipeline:
     input order. Members' pipelines are built on first use with `pipeline_kwargs`."""
 
     def __init__(self, model_set, **pipeline_kwargs):
-        from ..model_set import RoutedLaserEncoder
-
         self.routing = model_set if isinstance(model_set, RoutedLaserEncoder) else \
             RoutedLaserEncoder.from_pretrained(model_set, load=None)
         self._kwargs = pipeline_kwargs
@@ -113,8 +112,6 @@ class RoutedLaserPipeline:
 
     def member_pipeline(self, key: str) -> Pipeline:
         if key not in self._pipelines:
-            from transformers import pipeline
-
             self._pipelines[key] = pipeline(TASK, model=str(self.routing.members()[key]), **self._kwargs)
         return self._pipelines[key]
 
@@ -132,13 +129,12 @@ class RoutedLaserPipeline:
 def laser_pipeline(model=None, **kwargs):
     """`pipeline("laser-sentence-embedding", model)` for a model directory, a [`RoutedLaserPipeline`] for a model
     set (a directory with `laser_model_set.json`, or a list of directories)."""
-    from ..model_set import is_model_set
-
-    if isinstance(model, (list, tuple)) or is_model_set(model):
-        return RoutedLaserPipeline(model, **kwargs)
-    from transformers import pipeline
-
-    return pipeline(TASK, model=None if model is None else str(model), **kwargs)
+    if model is None:
+        return pipeline(TASK, **kwargs)  # transformers says that it defaulted to the shipped model
+    resolved = resolve(model, who="laser_pipeline")
+    if resolved.is_set:
+        return RoutedLaserPipeline(resolved.location, **kwargs)
+    return pipeline(TASK, model=str(resolved.location), **kwargs)
 
 
 PIPELINE_REGISTRY.register_pipeline(

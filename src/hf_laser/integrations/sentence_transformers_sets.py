@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule
 
 from ..model_set import RoutedLaserEncoder, read_model_set, write_model_set
@@ -101,7 +102,6 @@ class LaserSetSentenceTransformerModule(InputModule):
 def set_sentence_transformer(path: str | os.PathLike, **kwargs):
     """A `SentenceTransformer` of the model set at `path` (see the module docstring); `kwargs` go to the
     `SentenceTransformer` (e.g. `device`)."""
-    from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(modules=[LaserSetSentenceTransformerModule.load(str(Path(path).expanduser()))],
                                **kwargs)

@@ -72,6 +72,7 @@ manifests). Everything listed in ``__all__`` is importable from ``hf_laser.minin
 
 from __future__ import annotations
 
+from ..outputs import scan_input  # noqa: F401 (what mine --embed-dir hashes)
 from .dedup import Dedup, deduplicate, deduplicate_file
 from .embeddings import Embeddings, ShardedEmbeddings, as_embeddings, l2_normalize
 from .index import build_index, faiss_gpu_available, index_factory_string, require_faiss
@@ -79,10 +80,17 @@ from .lines import LineReader, count_lines, iter_lines, read_lines_at
 from .margin import MARGINS, best_candidates, margin_function, neighbourhood_mean, score_candidates
 from .pairs import MinedPairs, mine, mine_sentences
 from .search import knn_search, merge_topk
-from .selection import _MODE_ALIASES, MODES, select_best, select_pairs  # noqa: F401 (_MODE_ALIASES: the command line's choices)
-from .shards import (StaleEmbeddingsError, _dist_env, _shard_identity, embed_shards,  # noqa: F401
-                     embedding_key, load_embedding_shards, plan_shards, prepare_shards)
-from ..outputs import scan_input  # noqa: F401 (what mine --embed-dir hashes)
+from .selection import MODE_ALIASES, MODES, select_best, select_pairs  # noqa: F401 (MODE_ALIASES: the command line's choices)
+from .shards import (  # noqa: F401
+                     StaleEmbeddingsError,
+                     dist_env,
+                     embed_shards,
+                     embedding_key,
+                     load_embedding_shards,
+                     plan_shards,
+                     prepare_shards,
+                     shard_identity,
+)
 
 __all__ = [
     "MARGINS",

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+
 def l2_normalize(x: np.ndarray, copy: bool = True) -> np.ndarray:
     """Row-wise L2-normalised float32 C-contiguous version of ``x`` ``[n, d]``.
 
@@ -60,7 +61,7 @@ class Embeddings:
 
     def subset(self, indices: np.ndarray) -> "Embeddings":
         """A view of rows ``indices`` (``[m]`` int) without copying the vectors."""
-        return _RowSubset(self, indices)
+        return RowSubset(self, indices)
 
     def to_numpy(self) -> np.ndarray:
         """Materialise as one float32 array ``[n, d]`` (only for data that fits in memory)."""
@@ -99,7 +100,7 @@ class ShardedEmbeddings(Embeddings):
         # a `.npy` memory map travels as its path (pickling a memmap would copy its rows), so handing a corpus of
         # files to other processes (Ray actors of `hf_laser.mining.on_ray`) costs nothing; they reopen the same files
         state = dict(self.__dict__)
-        state["shards"] = [(_NpyFile(a.filename, a.shape, str(a.dtype)) if _is_whole_npy_map(a) else a)
+        state["shards"] = [(_NpyFile(a.filename, a.shape, str(a.dtype)) if is_whole_npy_map(a) else a)
                            for a in self.shards]
         return state
 
@@ -157,7 +158,7 @@ class _NpyFile:
         return a
 
 
-def _is_whole_npy_map(a) -> bool:
+def is_whole_npy_map(a) -> bool:
     """`a` is a whole `.npy` file opened by `np.load(mmap_mode="r")` (not a slice of one, not an array in memory)."""
     if not isinstance(a, np.memmap) or not a.filename or a.mode != "r" or not a.flags["C_CONTIGUOUS"]:
         return False
@@ -168,7 +169,7 @@ def _is_whole_npy_map(a) -> bool:
     return whole.shape == a.shape and whole.dtype == a.dtype and whole.offset == a.offset
 
 
-class _RowSubset(Embeddings):
+class RowSubset(Embeddings):
     def __init__(self, base: Embeddings, indices: np.ndarray):
         self.base = base
         self.indices = np.asarray(indices, dtype=np.int64).reshape(-1)

@@ -24,6 +24,7 @@ def require_faiss():
     if "faiss" not in sys.modules:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
+        # lazy: faiss (the mining extra)
         import faiss  # noqa: PLC0415
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError(
@@ -43,7 +44,7 @@ def faiss_gpu_available() -> bool:
         return False
 
 
-def _resolve_device(device: str | None) -> str:
+def resolve_device(device: str | None) -> str:
     """Map ``None``/``"auto"``/``"cpu"``/``"cuda"``/``"gpu"`` to ``"cpu"`` or ``"gpu"`` for faiss."""
     if device is None or device == "auto":
         return "gpu" if faiss_gpu_available() else "cpu"
@@ -95,7 +96,7 @@ def index_factory_string(index: str, n: int, d: int, *, nlist: int | None = None
     return index
 
 
-def _is_exact(factory: str) -> bool:
+def is_exact(factory: str) -> bool:
     return factory.replace(" ", "") in ("Flat", "IDMap,Flat")
 
 
@@ -133,7 +134,7 @@ def build_index(
     n, d = stop - start, db.dim
     if n <= 0:
         raise ValueError("cannot build an index over 0 vectors")
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     factory = index_factory_string(index, n, d, nlist=nlist, pq_m=pq_m)
     try:
         cpu_index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)

@@ -30,16 +30,41 @@ embedded.write_parquet("embeddings/")                      # or take_batch(), it
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
+import sys
+import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from .embeddings import Embeddings
+from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
+from ..encoder import LaserEncoder, load_tokenizer
+from ..models import resolve_model
+from ..outputs import embedding_identity, identity_changes
+from ..text.languages import check_language
+from . import embed_shards, load_embedding_shards, mine, prepare_shards
+from .embeddings import Embeddings, RowSubset, ShardedEmbeddings, is_whole_npy_map
+from .index import build_index, is_exact, resolve_device
+from .search import (
+    check_knn_inputs,
+    database_shards,
+    merge_into,
+    query_block,
+    result_arrays,
+    search_shard,
+    tqdm_disable,
+)
+from .shards import embedding_key, manifest_path
 
 
 def _ray():
     try:
+        # lazy: Ray (the ray extra)
         import ray
         import ray.data  # noqa: F401
     except ImportError as err:
@@ -57,7 +82,6 @@ def _start(model, who: str, num_encoders: int | None, gpus_per_encoder: float, l
     """`(model path every node can use, number of encoder actors)`; connects to Ray (`RAY_ADDRESS`, else a local
     Ray on this machine) unless it is running; with GPUs the encoders' default device is `"cuda"` (in `loading`)."""
     ray = _ray()
-    from ..models import resolve_model
 
     path = resolve_model(model, who=who)
     if Path(str(path)).expanduser().exists():
@@ -86,9 +110,7 @@ class _Tokenize:
     """CPU actor: a column of raw sentences -> a column of token ids (object array of int32 arrays)."""
 
     def __init__(self, model: str, lang, text_column: str, ids_column: str):
-        from ..encoder import _load_tokenizer
-
-        tokenizer, _ = _load_tokenizer(model, plain=True)
+        tokenizer, _ = load_tokenizer(model, plain=True)
         if tokenizer is None:
             raise ValueError(f"{model} has no tokenizer: give token ids, or convert it with its subword files")
         self.tokenizer, self.lang = tokenizer, lang
@@ -108,8 +130,6 @@ class _Encode:
 
     def __init__(self, model: str, ids_column: str, output_column: str, loading: dict, keep_ids: bool,
                  max_tokens: int | None, max_sentence_tokens: int | None):
-        from ..encoder import LaserEncoder
-
         self.encoder = LaserEncoder.from_pretrained(model, **loading)
         self.ids_column, self.output_column, self.keep_ids = ids_column, output_column, keep_ids
         self.max_tokens, self.max_sentence_tokens = max_tokens, max_sentence_tokens
@@ -150,8 +170,6 @@ def embed_dataset(dataset, model: str | os.PathLike | None = None, *, lang: str 
     Returns:
         A `ray.data.Dataset`: the input's columns plus `output_column`.
     """
-    from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
-    from ..text.languages import check_language
 
     if text_column not in dataset.columns(fetch_if_missing=True):
         raise ValueError(f"the dataset has no column {text_column!r} (its columns: {dataset.columns()})")
@@ -176,13 +194,10 @@ class _ShardEncoder:
     """Encoder actor of [`embed_files`]: one shard per call, through `embed_shards` (identity, resume, lock)."""
 
     def __init__(self, model: str, loading: dict):
-        from ..encoder import LaserEncoder
-
         self.encoder = LaserEncoder.from_pretrained(model, **loading)
 
     def embed(self, path: str, embed_dir: str, lang: str, shard: int, num_shards: int, options: dict,
               prepared: dict | None = None) -> str | None:
-        from . import embed_shards
 
         # shard `shard` of `num_shards` is what rank `shard` of a world of `num_shards` embeds: exactly that shard;
         # `prepared` (the driver's one scan of the file) spares each job a read of the whole file
@@ -196,15 +211,13 @@ class _ParquetEncoder(_ShardEncoder):
 
     def embed_parquet(self, source: str, target: str, lang: str | None, text_column: str, output_column: str,
                       options: dict) -> str:
-        import hashlib
-        import io
-        import json
 
+        # lazy: pyarrow (with the ray extra)
         import pyarrow as pa
         import pyarrow.fs as pafs
-        import pyarrow.parquet as pq
 
-        from ..outputs import embedding_identity, identity_changes
+        # lazy: pyarrow (with the ray extra)
+        import pyarrow.parquet as pq
 
         src_fs, src_path = pafs.FileSystem.from_uri(source)
         data = src_fs.open_input_stream(src_path).readall()
@@ -243,6 +256,7 @@ class _ParquetEncoder(_ShardEncoder):
 def _text_column(table, column: str, source: str) -> list[str]:
     """The strings of `column`, or a clear error: a missing column, a null or a non-string value (never embedded as
     the text "None")."""
+    # lazy: pyarrow (with the ray extra)
     import pyarrow as pa
 
     if column not in table.column_names:
@@ -260,6 +274,7 @@ def _text_column(table, column: str, source: str) -> list[str]:
 def _parquet_files(uri: str) -> tuple[list[str], str]:
     """The Parquet files of `uri` (a file, or every `*.parquet` under a directory, local or any pyarrow filesystem
     URI) as URIs, and the root their names are relative to."""
+    # lazy: pyarrow (with the ray extra)
     import pyarrow.fs as pafs
 
     fs, path = pafs.FileSystem.from_uri(uri if "://" in uri else str(Path(uri).resolve()))
@@ -292,8 +307,6 @@ def embed_parquet(source: str | os.PathLike, output: str | os.PathLike, model: s
     Args: as [`embed_files`]; `lang`: the sentences' language (one for the corpus).
     """
     ray = _ray()
-    from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
-    from ..text.languages import check_language
 
     if lang is not None:
         lang = check_language(lang)
@@ -339,7 +352,6 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
         say: called with a line per finished file (None: quiet).
     """
     ray = _ray()
-    from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
 
     inputs = [(lang, str(Path(path).resolve())) for lang, path in inputs]
     for _, path in inputs:
@@ -356,7 +368,6 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
     # a dead actor is restarted and its call retried: the shard resumes from what encode_file saved
     actor = _encoder_actor(ray, _ShardEncoder, gpus_per_encoder, tokenizers_per_encoder)
     pool = ray.util.ActorPool([actor.remote(path, loading) for _ in range(num_encoders)])
-    from . import prepare_shards
 
     prepared = {p: ray.put(prepare_shards(p, num_shards)) for p in dict.fromkeys(p for _, p in inputs)}
     jobs = [(p, embed_dir, lang, shard, num_shards, options, prepared[p]) for lang, p in inputs
@@ -367,14 +378,12 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
             manifests[result] = True
             if say:
                 say(f"complete: {result}")
-    from . import load_embedding_shards
-    from .shards import _manifest_path, embedding_key
 
     out = []
     for lang, p in inputs:
         if load_embedding_shards(embed_dir, p, lang) is None:
             raise RuntimeError(f"the shards of {p} are incomplete after every job finished")
-        out.append(_manifest_path(Path(embed_dir), embedding_key(p, lang)))
+        out.append(manifest_path(Path(embed_dir), embedding_key(p, lang)))
     return out
 
 
@@ -386,30 +395,25 @@ class _Searcher:
     query blocks with each shard's top-k."""
 
     def __init__(self, shards: list, index: str, device: str | None, refine: bool | None, options: dict):
-        from .index import _is_exact, build_index
-
         ray = _ray()
         self.normalize, self.shards = options["normalize"], []
         for database, start, stop in shards:
             database = ray.get(database)  # (references inside a list are not resolved by Ray itself)
             built, factory = build_index(database, index, start=start, stop=stop, device=device, **options)
-            self.shards.append((built, database, start, stop, not _is_exact(factory) if refine is None else refine))
+            self.shards.append((built, database, start, stop, not is_exact(factory) if refine is None else refine))
 
     def ready(self) -> bool:
         return True
 
     def search(self, queries: np.ndarray, k: int) -> list:
-        from .search import search_shard
-
         return [search_shard(built, queries, min(k, stop - start), start, db, refine, self.normalize)
                 for built, db, start, stop, refine in self.shards]
 
     def search_rows(self, queries, start: int, stop: int, k: int) -> list:
         """[`search`] of the query rows `[start, stop)`, read here from the queries' `.npy` files (what the driver
         would otherwise send to every searcher)."""
-        from .search import _query_block
 
-        return self.search(_query_block(queries.rows(start, stop), self.normalize), k)
+        return self.search(query_block(queries.rows(start, stop), self.normalize), k)
 
 
 class _RowWindow(Embeddings):
@@ -435,11 +439,10 @@ class _RowWindow(Embeddings):
 
 def _opens_its_files(db) -> bool:
     """`db` travels as file paths (every row in whole `.npy` files), not as its rows."""
-    from .embeddings import ShardedEmbeddings, _is_whole_npy_map, _RowSubset
 
-    if isinstance(db, _RowSubset):
+    if isinstance(db, RowSubset):
         return _opens_its_files(db.base)
-    return isinstance(db, ShardedEmbeddings) and all(_is_whole_npy_map(a) for a in db.shards)
+    return isinstance(db, ShardedEmbeddings) and all(is_whole_npy_map(a) for a in db.shards)
 
 
 def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = None, shard_size: int | None = None,
@@ -464,13 +467,6 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
     Returns:
         `(sims, inds)` as `knn_search`: float32 / int64 `[Nq, k]` (`out`'s arrays when given, as `knn_search`).
     """
-    import time
-
-    from tqdm.auto import tqdm
-
-    from .index import _resolve_device
-    from .search import (_merge_into, _query_block, _tqdm_disable, check_knn_inputs, database_shards,
-                                result_arrays)
 
     ray = _ray()
     q, db, k = check_knn_inputs(queries, database, k)
@@ -483,7 +479,7 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
         shard_size = -(-len(db) // max(1, min(int(num_searchers), len(db))))
     shards = database_shards(len(db), shard_size)
     num_searchers = min(int(num_searchers), len(shards))
-    dev = "gpu" if gpus_per_searcher else _resolve_device("cpu" if device in (None, "auto") else device)
+    dev = "gpu" if gpus_per_searcher else resolve_device("cpu" if device in (None, "auto") else device)
     if query_batch_size is None:
         query_batch_size = 131072 if dev == "gpu" else 8192
     options = {"nlist": nlist, "nprobe": nprobe, "pq_m": pq_m, "train_size": train_size, "gpu_fp16": gpu_fp16,
@@ -491,7 +487,6 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
     kind, each = ("GPU", gpus_per_searcher) if gpus_per_searcher else ("CPU", cpus_per_searcher)
     have = ray.cluster_resources().get(kind, 0)
     if num_searchers * each > have:  # Ray would wait without a word
-        import sys
 
         print(f"knn_search_on_ray: {num_searchers} searchers need {num_searchers * each:g} {kind}s, the cluster has "
               f"{have:g}: the search waits for more nodes (an autoscaler), or forever; fewer searchers fit (each "
@@ -513,17 +508,17 @@ def knn_search_on_ray(queries, database, k: int, *, num_searchers: int | None = 
         answers = ray.get(futures)
         for i in range(len(shards)):  # in shard order, as knn_search merges them
             sims, inds = answers[i % num_searchers][i // num_searchers]
-            _merge_into(out_sims[qa:qb], out_inds[qa:qb], sims, inds, len(shards) == 1)
+            merge_into(out_sims[qa:qb], out_inds[qa:qb], sims, inds, len(shards) == 1)
 
     blocks = -(-len(q) // query_batch_size)
     queries_by_path = ray.put(q) if _opens_its_files(q) else None
-    with tqdm(total=blocks, desc=desc, unit="batch", disable=_tqdm_disable(show_progress)) as bar:
+    with tqdm(total=blocks, desc=desc, unit="batch", disable=tqdm_disable(show_progress)) as bar:
         for qa in range(0, len(q), query_batch_size):
             qb = min(qa + query_batch_size, len(q))
             if queries_by_path is not None:
                 futures = [s.search_rows.remote(queries_by_path, qa, qb, k) for s in searchers]
             else:
-                ref = ray.put(_query_block(q.rows(qa, qb), normalize))
+                ref = ray.put(query_block(q.rows(qa, qb), normalize))
                 futures = [s.search.remote(ref, k) for s in searchers]
             pending.append((qa, qb, futures))
             while len(pending) > in_flight:
@@ -545,9 +540,6 @@ def mine_on_ray(src_embeddings, tgt_embeddings, *, num_searchers: int | None = N
                 gpus_per_searcher: float = 0.0, **mine_kwargs):
     """[`hf_laser.mining.mine`] with both kNN directions searched by [`knn_search_on_ray`]'s actors (the margin
     scores and the selection on the driver, as single-process `mine`). Returns its `MinedPairs`."""
-    from functools import partial
-
-    from . import mine
 
     return mine(src_embeddings, tgt_embeddings, **mine_kwargs,
                 knn=partial(knn_search_on_ray, num_searchers=num_searchers, cpus_per_searcher=cpus_per_searcher,

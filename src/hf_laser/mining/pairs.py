@@ -10,11 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..outputs import output_lock
 from .dedup import deduplicate
 from .embeddings import as_embeddings
 from .margin import best_candidates, margin_function, neighbourhood_mean
 from .search import knn_search
 from .selection import _norm_mode, select_best
+
 
 @dataclass
 class MinedPairs:
@@ -133,7 +135,6 @@ class _MiningArrays:
         if self.directory is None:
             yield
             return
-        from ..outputs import output_lock
 
         self.directory.mkdir(parents=True, exist_ok=True)
         with output_lock(self.directory):

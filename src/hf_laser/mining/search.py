@@ -7,11 +7,13 @@ import math
 import time
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from .embeddings import Embeddings, as_embeddings, l2_normalize
-from .index import _is_exact, _resolve_device, build_index
+from .index import build_index, is_exact, resolve_device
 
-def _tqdm_disable(show: bool | None):
+
+def tqdm_disable(show: bool | None):
     return None if show is None else (not show)
 
 
@@ -82,32 +84,30 @@ def knn_search(
         Rows for which an approximate index found fewer than ``k`` neighbours are padded with ``-inf`` / ``-1``.
     """
     q, db, k = check_knn_inputs(queries, database, k)
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     if query_batch_size is None:
         query_batch_size = 131072 if dev == "gpu" else 8192
     nq = len(q)
     out_sims, out_inds = result_arrays(nq, k, out)
     shards = database_shards(len(db), shard_size)
 
-    from tqdm.auto import tqdm  # noqa: PLC0415
-
     n_batches = math.ceil(nq / query_batch_size)
-    with tqdm(total=len(shards) * n_batches, desc=desc, unit="batch", disable=_tqdm_disable(show_progress)) as bar:
+    with tqdm(total=len(shards) * n_batches, desc=desc, unit="batch", disable=tqdm_disable(show_progress)) as bar:
         for a, b in shards:
             t_build = time.perf_counter()
             idx, factory = build_index(
                 db, index, start=a, stop=b, device=dev, nlist=nlist, nprobe=nprobe, pq_m=pq_m,
                 train_size=train_size, gpu_fp16=gpu_fp16, normalize=normalize,
             )
-            do_refine = (not _is_exact(factory)) if refine is None else bool(refine)
+            do_refine = (not is_exact(factory)) if refine is None else bool(refine)
             t_search = time.perf_counter()
             if stats is not None:
                 stats["build_s"] = stats.get("build_s", 0.0) + (t_search - t_build)
             for qa, qblock in q.iter_blocks(query_batch_size):
-                qn = _query_block(qblock, normalize)
+                qn = query_block(qblock, normalize)
                 sims, inds = search_shard(idx, qn, min(k, b - a), a, db, do_refine, normalize)
                 qb = qa + qn.shape[0]
-                _merge_into(out_sims[qa:qb], out_inds[qa:qb], sims, inds, len(shards) == 1)
+                merge_into(out_sims[qa:qb], out_inds[qa:qb], sims, inds, len(shards) == 1)
                 bar.update(1)
             if stats is not None:
                 stats["search_s"] = stats.get("search_s", 0.0) + (time.perf_counter() - t_search)
@@ -153,7 +153,7 @@ def database_shards(n: int, shard_size: int | None) -> list[tuple[int, int]]:
     return [(a, min(a + shard_size, n)) for a in range(0, n, shard_size)]
 
 
-def _query_block(block: np.ndarray, normalize: bool) -> np.ndarray:
+def query_block(block: np.ndarray, normalize: bool) -> np.ndarray:
     return l2_normalize(block, copy=False) if normalize else np.ascontiguousarray(block, dtype=np.float32)
 
 
@@ -171,7 +171,7 @@ def search_shard(idx, qn: np.ndarray, kk: int, start: int, db: Embeddings, refin
     return np.where(inds < 0, -np.inf, sims).astype(np.float32), inds
 
 
-def _merge_into(out_sims: np.ndarray, out_inds: np.ndarray, sims: np.ndarray, inds: np.ndarray, only: bool) -> None:
+def merge_into(out_sims: np.ndarray, out_inds: np.ndarray, sims: np.ndarray, inds: np.ndarray, only: bool) -> None:
     """Merges one shard's top-k of a query block into the block's running top-k (in place); ``only``: the one shard."""
     if only:
         out_sims[:, : sims.shape[1]], out_inds[:, : inds.shape[1]] = sims, inds

@@ -7,11 +7,11 @@ import numpy as np
 MODES = ("max", "forward", "backward", "intersection")
 
 
-_MODE_ALIASES = {"fwd": "forward", "bwd": "backward", "intersect": "intersection"}
+MODE_ALIASES = {"fwd": "forward", "bwd": "backward", "intersect": "intersection"}
 
 
 def _norm_mode(mode: str) -> str:
-    m = _MODE_ALIASES.get(mode, mode)
+    m = MODE_ALIASES.get(mode, mode)
     if m not in MODES:
         raise ValueError(f"unknown mining mode {mode!r}; expected one of {MODES} (or fwd/bwd/intersect)")
     return m

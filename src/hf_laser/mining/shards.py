@@ -11,10 +11,19 @@ from pathlib import Path
 import numpy as np
 
 from ..defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS
-from ..outputs import (embedding_identity, file_sha256, identity_changes, output_lock, read_json, scan_input,
-                       write_json_atomic, write_npy_atomic)
+from ..outputs import (
+    embedding_identity,
+    file_sha256,
+    identity_changes,
+    output_lock,
+    read_json,
+    scan_input,
+    write_json_atomic,
+    write_npy_atomic,
+)
 from .embeddings import ShardedEmbeddings
 from .lines import iter_lines, line_byte_offsets
+
 
 def embedding_key(input_path: str | os.PathLike, lang: str) -> str:
     """Stable file stem for the embeddings of ``input_path`` in language ``lang`` inside an embedding directory."""
@@ -69,20 +78,19 @@ def _prepared_for(prepared: dict | None, input_path, num_shards: int) -> dict | 
     return prepared if same else None
 
 
-def _manifest_path(embed_dir: Path, key: str) -> Path:
+def manifest_path(embed_dir: Path, key: str) -> Path:
     return embed_dir / f"{key}.shards.json"
 
 
 class StaleEmbeddingsError(ValueError):
     """Embedding shards that were computed from something else than what is asked now (message: what changed)."""
 
-
 def _identity_tag(identity: dict, num_shards: int) -> str:
     blob = json.dumps({"identity": identity, "num_shards": num_shards}, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
-def _shard_identity(encoder, info: dict, lang: str, *, pretokenized: bool, fp16: bool, max_tokens: int,
+def shard_identity(encoder, info: dict, lang: str, *, pretokenized: bool, fp16: bool, max_tokens: int,
                     max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS) -> dict:
     """The [`embedding_identity`] of a whole file embedded with `embed_shards` / `mine` (default batching)."""
     return embedding_identity(encoder, info, lang=lang, pretokenized=pretokenized, fp16=fp16, normalize=False,
@@ -90,7 +98,7 @@ def _shard_identity(encoder, info: dict, lang: str, *, pretokenized: bool, fp16:
                               max_sentence_tokens=max_sentence_tokens)
 
 
-def _dist_env() -> tuple[int, int]:
+def dist_env() -> tuple[int, int]:
     """(rank, world_size) from the environment of ``torchrun`` / ``accelerate launch`` (``RANK``, ``WORLD_SIZE``)."""
     rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
     world = int(os.environ.get("WORLD_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -131,7 +139,7 @@ def embed_shards(
         The manifest path when all shards are done after this call, else None.
     """
     if rank is None or world_size is None:
-        env_rank, env_world = _dist_env()
+        env_rank, env_world = dist_env()
         rank = env_rank if rank is None else rank
         world_size = env_world if world_size is None else world_size
     if not 0 <= rank < world_size:
@@ -145,7 +153,7 @@ def embed_shards(
     n = info["lines"]
     if n == 0:
         raise ValueError(f"input file {input_path} is empty")
-    identity = _shard_identity(encoder, info, lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
+    identity = shard_identity(encoder, info, lang, pretokenized=pretokenized, fp16=fp16, max_tokens=max_tokens,
                                max_sentence_tokens=max_sentence_tokens)
     tag = _identity_tag(identity, num_shards)
     bounds = plan_shards(n, num_shards)
@@ -245,7 +253,7 @@ def _shard_problem(npy: Path, recorded) -> str | None:
 
 
 def _finalize_manifest(embed_dir, key, input_path, lang, n, names, bounds, identity, tag) -> Path | None:
-    manifest = _manifest_path(embed_dir, key)
+    manifest = manifest_path(embed_dir, key)
     shards = []
     for name, (a, b) in zip(names, bounds):
         done = embed_dir / f"{name}.done.json"
@@ -272,7 +280,7 @@ def load_embedding_shards(
     a manifest of an older hf-laser (without identity) is stale too.
     """
     embed_dir = Path(embed_dir)
-    manifest = _manifest_path(embed_dir, embedding_key(input_path, lang))
+    manifest = manifest_path(embed_dir, embedding_key(input_path, lang))
     if not manifest.exists():
         return None
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import partial
 from typing import NamedTuple
@@ -40,6 +41,7 @@ def _blas_single_thread():
     """A context in which NumPy's BLAS uses one thread (each direction's thread does its own products), or a no-op
     where threadpoolctl cannot set it (then the directions run one after the other, with BLAS's own threads)."""
     try:
+        # lazy: the NumPy engine only
         from threadpoolctl import threadpool_limits
     except ImportError:
         return None
@@ -312,7 +314,6 @@ class NumpyLaserBiLSTM:
             return [call() for call in calls]
         with self._pool_lock:
             if self._pool is None:
-                from concurrent.futures import ThreadPoolExecutor
 
                 self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="hf_laser-numpy")
         futures = [self._pool.submit(call) for call in calls]

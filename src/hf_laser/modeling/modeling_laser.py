@@ -19,8 +19,10 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ModelOutput, SequenceClassifierOutput
+from transformers.utils import cached_file
 from transformers.utils.generic import can_return_tuple
 
+from ..checkpoints.integration_files import write_integration_files
 from .bilstm import (  # noqa: F401 (re-exported)
     BiLSTMEncoderMixin,
     cpu_autocast_lstm,
@@ -29,9 +31,7 @@ from .bilstm import (  # noqa: F401 (re-exported)
     vocab_problems,
 )
 from .configuration_laser import LaserConfig
-from ..checkpoints.integration_files import write_integration_files
 from .transformer import TransformerEncoderMixin
-
 
 
 class _DropLoadReport(logging.Filter):
@@ -228,8 +228,6 @@ def _laser_weight_files(path, kwargs: dict) -> list[str]:
             full = os.path.join(path, subfolder, filename)
             return full if os.path.isfile(full) else None
         try:
-            from transformers.utils import cached_file
-
             return cached_file(path, filename, subfolder=subfolder, cache_dir=kwargs.get("cache_dir"),
                                revision=kwargs.get("revision"), token=kwargs.get("token"), local_files_only=True,
                                _raise_exceptions_for_missing_entries=False,

@@ -15,6 +15,8 @@ import struct
 
 import numpy as np
 
+from .plain_config import PlainLaserConfig
+
 # safetensors dtype → (stored numpy dtype, bytes per value); BF16 has no numpy dtype: read as uint16, widened below
 _STORED = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2), "BF16": (np.dtype("<u2"), 2)}
 
@@ -63,7 +65,6 @@ def read_plain_weights(path: str | os.PathLike):
     """`(config, state)` of a plain LASER directory: its [`~plain_config.PlainLaserConfig`] and its weights as
     float32 NumPy arrays (float16 / bfloat16 files widened exactly), in the file's tensor order; None when the
     directory is anything but the plain case (see the module docstring)."""
-    from .plain_config import PlainLaserConfig
 
     path = os.fspath(path)
     weights = os.path.join(path, "model.safetensors")

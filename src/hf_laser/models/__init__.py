@@ -9,8 +9,12 @@ its remote code from the package's sources (`hf_laser.checkpoints.integration_fi
 a model set beside it: laser-mini, and distilled students for the languages where a student beats it on
 FLORES-200 by more than the test set's sampling noise (the set's README.md lists them).
 
-[`resolve_model`] gives the default when no model is named; [`looks_local`], [`check_local_dir`] and
-[`check_model_dir`] tell a local path from a Hub id and check a model argument before anything is loaded.
+One place says what a model argument is: [`resolve`] returns a [`ResolvedModel`] (a shipped model, a local
+directory, a model set, a list of member directories, a converted original in the download cache, or a Hub id), or
+raises the one-line error when it is none of them; every loader (`LaserEncoder.from_pretrained`, the pipelines,
+MTEB, Ray, the commands) takes its answer. [`resolve_model`] is its location alone; [`looks_local`],
+[`check_local_dir`] and [`check_model_dir`] tell a local path from a Hub id and check a directory before anything
+is loaded.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..defaults import MODEL_SET_FILE
 from ..errors import UsageError
 
 DEFAULT_MODEL_NAME = "laser-mini"
@@ -42,12 +48,59 @@ def shipped_model(model) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ResolvedModel:
+    """What a model argument is. `kind`: `"shipped"` (a model inside the package, by name or as the default),
+    `"directory"` (a local model directory), `"model_set"` (a directory with `laser_model_set.json`), `"members"`
+    (a list of model directories given as one set), `"download"` (`laser2` / `laser3-LANG`: the original release,
+    converted once into the cache), `"hub"` (an `owner/name` id, left to transformers). `location` is what the
+    loaders open: a path, a list of paths (`members`) or the Hub id."""
+
+    given: object
+    kind: str
+    location: str | os.PathLike | list
+
+    @property
+    def is_set(self) -> bool:
+        """Each sentence goes to the member of its language (a model set or a list of members)."""
+        return self.kind in ("members", "model_set") or (self.kind in ("shipped", "download")
+                                                          and (Path(self.location) / MODEL_SET_FILE).is_file())
+
+
+def resolve(model, *, who: str = "hf_laser", download: bool = True) -> ResolvedModel:
+    """What `model` names ([`ResolvedModel`]), in this order: None (the shipped default, said once per process on
+    stderr), a list (members of one set), a shipped model's name where no local path has it, an existing local
+    path, `laser2` / `laser3-LANG` (fetched and converted once when `download`, else [`ModelsNotAvailable`] when
+    not in the cache), a Hub id. A path that can only be local ([`looks_local`]) and does not exist is a
+    FileNotFoundError of one line, at once (transformers would try it as a Hub id: retries when offline)."""
+    if isinstance(model, (list, tuple)):
+        return ResolvedModel(model, "members", list(model))
+    if model is None or shipped_model(model):
+        return ResolvedModel(model, "shipped", _default_model(who) if model is None else shipped_model(model))
+    path = Path(str(model)).expanduser()
+    if path.exists():
+        return ResolvedModel(model, "model_set" if (path / MODEL_SET_FILE).is_file() else "directory", model)
+    # lazy: `import hf_laser` imports this module, and the download module's HTTP client is needed only here
+    from ..checkpoints.download import NAMED, resolve_named_model
+
+    if NAMED.match(str(model)):
+        return ResolvedModel(model, "download", str(resolve_named_model(str(model), download=download)))
+    if looks_local(model):
+        raise FileNotFoundError(missing_model_message(model))
+    return ResolvedModel(model, "hub", model)
+
+
 def resolve_model(model: str | os.PathLike | None, *, who: str = "hf_laser") -> str | os.PathLike:
     """`model` (a shipped model's name: its directory in the package), or the shipped default model when it is
-    None, saying so once per process on stderr."""
-    global _announced
+    None, saying so once per process on stderr. Unlike [`resolve`], nothing is fetched or refused here: the
+    loaders that take this location resolve it fully."""
     if model is not None:
         return shipped_model(model) or model
+    return _default_model(who)
+
+
+def _default_model(who: str) -> str:
+    global _announced
     if not (Path(DEFAULT_MODEL) / "config.json").is_file():
         raise FileNotFoundError(f"the default model is missing from the installed package ({DEFAULT_MODEL}); "
                                 "reinstall hf-laser, or pass a model directory")
@@ -81,6 +134,7 @@ def check_local_dir(model: str | os.PathLike) -> None:
     """[`UsageError`] when `model` means a local directory that is missing, or is a file; a Hub id passes."""
     path = Path(str(model)).expanduser()
     if not path.exists():
+        # lazy: `import hf_laser` imports this module, and the download module's HTTP client is needed only here
         from ..checkpoints.download import NAMED
 
         if NAMED.match(str(model)):  # "laser2", "laser3-wol_Latn": fetched and converted once by from_pretrained
@@ -104,8 +158,6 @@ def check_model_dir(model: str | os.PathLike) -> None:
     if not path.exists():
         return
     config = path / "config.json"
-    from ..defaults import MODEL_SET_FILE
-
     if (path / MODEL_SET_FILE).is_file():  # a model set: its members are checked when they load
         return
     if not config.is_file():

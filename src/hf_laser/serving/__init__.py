@@ -19,14 +19,17 @@ __all__ = ["serve", "create_app", "Limits", "DynamicBatcher"]
 
 def __getattr__(name: str):
     if name in ("serve",):
+        # lazy: serving.server imports this module
         from .server import serve
 
         return serve
     if name in ("create_app", "Limits"):
+        # lazy: serving.app imports this module
         from . import app
 
         return getattr(app, name)
     if name == "DynamicBatcher":
+        # lazy: serving.batching imports this module
         from .batching import DynamicBatcher
 
         return DynamicBatcher

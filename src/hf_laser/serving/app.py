@@ -25,6 +25,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from email.parser import BytesParser
+from email.policy import HTTP
 from importlib import resources
 from pathlib import Path
 from urllib.parse import parse_qsl
@@ -37,8 +39,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from ..model_set import UnknownLanguage
 from ..text.langid import detect, is_auto
-from ..text.preprocessing import _KNOWN_CODES, normalize_lang
+from ..text.languages import check_language
+from ..text.preprocessing import KNOWN_CODES, normalize_lang
 from .batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, BatcherStats, DynamicBatcher
 
 logger = logging.getLogger("hf_laser.serve")
@@ -104,7 +108,6 @@ class ApiError(Exception):
 
 class ClientGone(Exception):
     """The client disconnected before its answer was ready."""
-
 
 def json_response(obj, status: int = 200) -> Response:
     return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
@@ -222,7 +225,7 @@ class EmbeddingService:
         warnings, unknown = [], {}
         for i, code in enumerate(langs):
             langs[i] = normalize_lang(code)
-            if langs[i] not in _KNOWN_CODES:
+            if langs[i] not in KNOWN_CODES:
                 unknown.setdefault(code, i)
         for code, i in unknown.items():
             warnings.append(f"unknown language code {code!r} ({param}" + (f"[{offset + i}]" if not isinstance(lang, str)
@@ -242,8 +245,6 @@ class EmbeddingService:
         return langs, warnings, self.encoder.token_ids(texts, lang=langs), None
 
     def _routed_token_ids(self, texts: list[str], lang):
-        from ..model_set import UnknownLanguage
-
         langs = [lang] * len(texts) if isinstance(lang, str) else list(lang)
         if any(code == TOK_STAGE or is_auto(code) for code in langs):
             raise ApiError(400, f"this server is a model set ({', '.join(self.encoder.members())}): it embeds each "
@@ -434,6 +435,7 @@ class EmbeddingService:
         return json_response(out)
 
     async def health(self, request: Request) -> Response:
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch  # loaded with the model
 
         enc = self.encoder
@@ -507,8 +509,6 @@ def _json_type(value) -> str:
 def parse_multipart(body: bytes, content_type: str) -> dict[str, str]:
     """The text fields of a `multipart/form-data` body (a file field's content as text too: `curl -F q=@file.txt`),
     parsed by the standard library's MIME parser; 400 when it is not one."""
-    from email.parser import BytesParser
-    from email.policy import HTTP
 
     message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n"
                                                   + body)
@@ -538,7 +538,6 @@ def parse_json(body: bytes):
 def _language(code: str, param: str) -> str:
     """One language of a request by the command line's rule ([`~hf_laser.text.languages.check_language`]): `auto`, a
     code, or a language name (given back as its FLORES-200 code); anything else is a 400."""
-    from ..text.languages import check_language
 
     if is_auto(code):
         return code

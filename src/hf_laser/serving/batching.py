@@ -52,8 +52,10 @@ def _parts(ids: Sequence[Sequence[int]], budget: int) -> tuple[list, list[int]]:
     """`ids` cut as `LaserEncoder.encode_ids` batches them with the token budget `budget` (distinct sequences,
     longest first, [`~hf_laser.encoder.plan_batches`]): index arrays into `ids` (a repeated sequence goes with its
     first occurrence) and their padded token counts. One part: the whole request (`[None]`)."""
+    # lazy: `import hf_laser` and `hf-laser --help` run without NumPy
     import numpy as np
 
+    # lazy: encoder imports numpy, tqdm
     from ..encoder import plan_batches
 
     lengths = [len(s) for s in ids]
@@ -186,6 +188,7 @@ class DynamicBatcher:
         return batch
 
     async def _run(self) -> None:
+        # lazy: `import hf_laser` and `hf-laser --help` run without NumPy
         import numpy as np  # (see _embed)
 
         loop = asyncio.get_running_loop()
@@ -253,6 +256,7 @@ class DynamicBatcher:
                 stats.sentences += len(item.ids)
 
     def _embed(self, ids: list) -> np.ndarray:
+        # lazy: `import hf_laser` and `hf-laser --help` run without NumPy
         import numpy as np  # not at module level: `hf-laser serve --help` reads this module's defaults
 
         emb = self.embed_ids(ids)

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
 import socket
 import sys
 import time
 import warnings
 
+import orjson
+
 from .app import Limits, Security, create_app
 from .batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
-
 
 logger = logging.getLogger("hf_laser.serve")
 
@@ -36,7 +38,6 @@ LOG_EVERY_S = 10.0  # a repeated event (refused connections, accept() failures) 
 def _raw_error(status: str, message: str, code: str) -> bytes:
     """A whole HTTP/1.1 error response (JSON body as the app's errors, connection closed), written to a transport
     where there is no request to answer through the app."""
-    import orjson
 
     body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}})
     return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
@@ -61,6 +62,7 @@ class _Throttled:
 def guarded_protocol(max_connections: int, header_timeout_s: float):
     """uvicorn's h11 protocol class with a connection cap and a timeout for a request's head (see the module
     docstring); the class goes to `uvicorn.Config(http=...)`."""
+    # lazy: the serve extra
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -184,7 +186,6 @@ def raise_open_files_limit(max_connections: int, spare: int = 64) -> int:
     """Raises this process's soft limit of open files to the hard one (as servers do) and gives back how many
     connections fit under it beside the descriptors open now (the model's files, logs, the listening socket) and
     `spare` more: the smaller of that and `max_connections`."""
-    import os
 
     try:
         open_now = len(os.listdir("/proc/self/fd"))
@@ -232,6 +233,7 @@ def serve(encoder, *, host: str = "127.0.0.1", port: int = 8080, sock: socket.so
     """Serves `encoder` over HTTP on `host:port` (or the listening socket `sock`, see [`bind`]) until SIGTERM /
     SIGINT (see the module docstring). `announce(url)` is called once the socket listens (default: a line on
     stderr)."""
+    # lazy: the serve extra
     import uvicorn
 
     app = create_app(encoder, model_id=model_id, limits=limits, max_batch_tokens=max_batch_tokens,

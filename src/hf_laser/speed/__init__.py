@@ -45,6 +45,7 @@ class SpeedChoice:
         """The torch dtype to load with (None: float32, without importing torch)."""
         if self.mode != "bf16":
             return None
+        # lazy: torch (the NumPy engine and the command line's start run without it)
         import torch
 
         return torch.bfloat16

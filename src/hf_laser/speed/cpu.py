@@ -107,6 +107,7 @@ def from_flags(model: str, arch: str, torch_capability: str, torch_flags: dict[s
 @lru_cache(maxsize=1)
 def cpu_info() -> CpuInfo:
     """This machine's [`CpuInfo`] (imports torch)."""
+    # lazy: torch (the NumPy engine and the command line's start run without it)
     import torch
 
     checks = {"avx2": "_is_avx2_supported", "avx512": "_is_avx512_supported",
@@ -131,6 +132,7 @@ def emulated_dtype_message(dtype, device, *, flag: str, int8: str = "quantize='i
     (oneDNN's own probes, as PyTorch's kernels decide): PyTorch then emulates it, slower than float32 (6x measured
     on an AVX2-only AMD EPYC, docs/speed.md). `flag` and `int8` name the settings in the message (`--dtype
     bfloat16` / `--int8` on a command line). None where nothing is to be said."""
+    # lazy: torch (the NumPy engine and the command line's start run without it)
     import torch
 
     if dtype not in (torch.bfloat16, torch.float16) or torch.device(device or "cpu").type != "cpu":

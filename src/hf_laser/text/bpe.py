@@ -76,15 +76,15 @@ def read_codes(path: str | os.PathLike) -> list[tuple[str, str]]:
 
     Fields are split on ``' '`` with empty fields skipped, like fastBPE's ``split``.
     """
-    return [(left, right) for left, right, _ in _read_fields(path, 3, "left right count")]
+    return [(left, right) for left, right, _ in read_fields(path, 3, "left right count")]
 
 
 def read_vocab(path: str | os.PathLike) -> dict[str, int]:
     """Read a fastBPE vocabulary file (``token count`` per line) into ``{token: count}``."""
-    return {token: int(count) for token, count in _read_fields(path, 2, "token count")}
+    return {token: int(count) for token, count in read_fields(path, 2, "token count")}
 
 
-def _read_fields(path: str | os.PathLike, n_fields: int, what: str) -> Iterator[list[str]]:
+def read_fields(path: str | os.PathLike, n_fields: int, what: str) -> Iterator[list[str]]:
     """The non-empty lines of a fastBPE text file split on ``' '`` (empty fields skipped, like fastBPE's ``split``),
     each checked to have ``n_fields`` fields."""
     with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as fh:

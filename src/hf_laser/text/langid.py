@@ -11,6 +11,7 @@ language as its own code (Moses defaults, like every language without special ha
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import threading
@@ -18,7 +19,10 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
+from importlib.metadata import version
 from pathlib import Path
+
+from .preprocessing import normalize_lang
 
 __all__ = ["detect", "classify", "majority", "check_default_lang", "detector_version", "is_auto", "AUTO",
            "warn_at_caller", "supported_codes"]
@@ -58,7 +62,6 @@ def detector_version() -> str:
     """`"py3langid 0.4.0 + prior 1a2b3c4d5e6f"`: the detector behind `lang="auto"` and the language prior it is
     weighted by (part of an embedding file's identity: other labels, other embeddings)."""
     try:
-        from importlib.metadata import version
 
         name = f"{DETECTOR} {version(DETECTOR)}"
     except Exception:  # noqa: BLE001 - not installed: say what is expected
@@ -70,7 +73,6 @@ def detector_version() -> str:
 @lru_cache(maxsize=1)
 def _prior_digest() -> str | None:
     """The first 12 hex digits of the shipped prior file's sha256 (None without one)."""
-    import hashlib
 
     return hashlib.sha256(PRIOR_FILE.read_bytes()).hexdigest()[:12] if PRIOR_FILE.is_file() else None
 
@@ -102,6 +104,7 @@ def prior_from_counts(counts: dict[str, int]) -> dict[str, float]:
 
 def _weights(prior: dict[str, float], alpha: float):
     """The prior as a vector over the detector's classes, raised to `alpha` (codes it lacks: its smallest value)."""
+    # lazy: `import hf_laser` and `hf-laser --help` run without NumPy
     import numpy as np
 
     floor = min(prior.values())
@@ -110,7 +113,6 @@ def _weights(prior: dict[str, float], alpha: float):
 
 def label_code(label: str) -> str:
     """The tokenizer code of a detector label or language code (`no` → `nb`, `cmn` → `zh`)."""
-    from .preprocessing import normalize_lang
 
     try:
         return _LABEL_TO_CODE.get(label, normalize_lang(label))
@@ -123,11 +125,11 @@ def _load():
     with _lock:
         if _identifier is None:
             try:
+                # lazy: needed for lang='auto' only
                 from py3langid.langid import MODEL_FILE, LanguageIdentifier
             except ImportError as err:
                 raise ImportError(f'language detection (lang="auto") needs py3langid: '
                                   f'pip install "py3langid=={DETECTOR_VERSION}"') from err
-            from .preprocessing import normalize_lang
 
             ident = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
             ident.set_languages([label for label in ident.labels if label not in _EXCLUDED_LABELS])
@@ -229,7 +231,6 @@ def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
 def check_default_lang(texts: Sequence[str], used: str, *, what: str = "lang") -> str | None:
     """The check behind `lang=None`: detects the language of (a sample of) `texts` and warns, at the user's line,
     when most of them are confidently in another language than `used`. Returns the detected majority code."""
-    from .preprocessing import normalize_lang
 
     texts = sample(texts)
     if not any(isinstance(t, str) and _has_letters(t) for t in texts):

@@ -20,7 +20,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .preprocessing import LANG_CODE  # noqa: F401 (re-exported: the pattern of a language code)
+from .preprocessing import (
+    KNOWN_CODES,
+    LANG_CODE,  # noqa: F401 (re-exported: the pattern of a language code)
+    normalize_lang,
+)
 
 TABLE = Path(__file__).resolve().parent / "data" / "laser_languages.tsv"
 
@@ -55,8 +59,6 @@ _MACROLANGUAGES = {"ku": ("ckb_Arab", "kmr_Latn"), "kur": ("ckb_Arab", "kmr_Latn
 
 @lru_cache(maxsize=1)
 def _index() -> dict[str, tuple[str, ...]]:
-    from .preprocessing import normalize_lang
-
     index: dict[str, list[str]] = {}
     for code, language in laser_languages().items():
         keys = {code.lower(), code[:3], normalize_lang(code), *language.names}
@@ -70,7 +72,6 @@ def _index() -> dict[str, tuple[str, ...]]:
 def flores_codes(lang: str) -> tuple[str, ...]:
     """The FLORES-200 codes `lang` may name (empty when it names none). Case and surrounding spaces are ignored; a
     code with a region or another script (`en-US`, `sr_Cyrl`) also matches through its language part."""
-    from .preprocessing import normalize_lang
 
     key = " ".join(lang.strip().lower().split())
     found = _index().get(key)
@@ -92,10 +93,9 @@ _SCRIPT_CODE = re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$")  # ISO 639-3 + ISO 15924,
 def is_student_code(code: str) -> bool:
     """A code a student can be recorded under: FLORES-200, or `xxx_Scrp` of a language outside it that the
     preprocessing knows (see the module docstring)."""
-    from .preprocessing import _KNOWN_CODES, normalize_lang
 
     return isinstance(code, str) and (is_flores_code(code) or (
-        bool(_SCRIPT_CODE.match(code)) and not flores_codes(code[:3]) and normalize_lang(code) in _KNOWN_CODES))
+        bool(_SCRIPT_CODE.match(code)) and not flores_codes(code[:3]) and normalize_lang(code) in KNOWN_CODES))
 
 
 def student_code(lang: str) -> str:
@@ -107,10 +107,9 @@ def student_code(lang: str) -> str:
         return codes[0]
     if not codes and is_student_code(str(lang)):
         return str(lang)
-    from .preprocessing import _KNOWN_CODES, normalize_lang
 
     try:
-        known = normalize_lang(str(lang)) in _KNOWN_CODES
+        known = normalize_lang(str(lang)) in KNOWN_CODES
     except ValueError:
         known = False
     if codes:
@@ -127,7 +126,6 @@ def names_student(lang: str, code: str) -> bool:
     [`flores_codes`]; a code outside FLORES-200 by its language: `br`, `bre`, `bre_Latn` all mean `bre_Latn`)."""
     if is_flores_code(code):
         return code in flores_codes(lang)
-    from .preprocessing import normalize_lang
 
     try:
         return lang.strip().lower() == code.lower() or normalize_lang(lang) == normalize_lang(code) and (

@@ -171,7 +171,7 @@ _KNOWN_ISO3 = frozenset(
     war yue""".split()
 )
 # "cz" is not ISO, but normalize-punctuation.perl treats it like "cs".
-_KNOWN_CODES = _ISO639_1 | _KNOWN_ISO3 | frozenset(_LANG_ALIASES) | {"cz"}
+KNOWN_CODES = _ISO639_1 | _KNOWN_ISO3 | frozenset(_LANG_ALIASES) | {"cz"}
 
 _LANG_SPLIT = re.compile(r"[-_]")
 # a language code: ISO 639-1/3 with optional script / region parts (fr, fra, en-US, eng_Latn, zh_Hans)
@@ -201,18 +201,18 @@ def normalize_lang(code: str) -> str:
     return _LANG_ALIASES.get(c, c)
 
 
-_warned_codes: set[str] = set()
+warned_codes: set[str] = set()
 _warn_lock = threading.Lock()
 _MAX_WARNED_CODES = 4096  # (a server meets codes clients make up: the set is emptied when full, not grown)
 
 
 def _warn_unknown(code: str) -> None:
     with _warn_lock:
-        if code in _warned_codes:
+        if code in warned_codes:
             return
-        if len(_warned_codes) >= _MAX_WARNED_CODES:
-            _warned_codes.clear()
-        _warned_codes.add(code)
+        if len(warned_codes) >= _MAX_WARNED_CODES:
+            warned_codes.clear()
+        warned_codes.add(code)
     warnings.warn(
         f"unknown language code {code!r}: using the Moses defaults (English non-breaking "
         "prefixes, generic apostrophe rule, generic punctuation rules)",
@@ -786,6 +786,7 @@ _lazy_lock = threading.Lock()
 @functools.lru_cache(maxsize=None)
 def _jieba_cut() -> Callable[[str], Iterable[str]]:
     try:
+        # lazy: an optional language tool (the zh extra)
         import jieba
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
@@ -826,6 +827,7 @@ def mecab_pieces(line: str, max_bytes: int = MECAB_PIECE_BYTES) -> list[str]:
 class _MeCabWakati:
     def __init__(self) -> None:
         try:
+            # lazy: an optional language tool (the ja extra)
             import MeCab
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError(
@@ -833,6 +835,7 @@ class _MeCabWakati:
                 'pip install "hf-laser[ja]"'
             ) from e
         try:
+            # lazy: an optional language tool (the ja extra)
             import ipadic
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError(
@@ -865,6 +868,7 @@ def _mecab() -> _MeCabWakati:
 @functools.lru_cache(maxsize=None)
 def _greek_translit() -> Callable[[str], str]:
     try:
+        # lazy: needed for Greek romanisation only
         from transliterate import get_translit_function
     except ImportError as e:  # pragma: no cover - core dependency
         raise ImportError("Greek (el) preprocessing needs: pip install transliterate") from e
@@ -900,7 +904,7 @@ class LaserPreprocessor:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
         self.lang: str = normalize_lang(lang)
         self.mode: str = mode
-        if self.lang not in _KNOWN_CODES:
+        if self.lang not in KNOWN_CODES:
             _warn_unknown(self.lang)
         self._norm_blocks = _normalizer_blocks(self.lang if self.lang in _NORMALIZER_LANGS else _OTHER_LANG)
         self._tok: _MosesTokenizer | None = None

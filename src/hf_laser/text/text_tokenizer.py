@@ -32,7 +32,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .bpe import CACHE_MAX_WORD_CHARS, FastBPE, read_codes, read_vocab
-from .langid import AUTO, CHECK_SAMPLE, is_auto
+from .langid import AUTO, CHECK_SAMPLE, check_default_lang, detect, is_auto
+from .preprocessing import LANG_CODE, LaserPreprocessor
 
 VOCAB_FILES_NAMES = {
     "vocab_file": "vocab.json",
@@ -84,8 +85,7 @@ class LaserInputError(TypeError, ValueError):
     """A sentence or language argument of the wrong type or shape (a `TypeError` and a `ValueError`: either
     catches it)."""
 
-
-def _check_texts(texts: Sequence) -> None:
+def check_texts(texts: Sequence) -> None:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise LaserInputError(f"text at position {i} is {type(t).__name__}, expected str")
@@ -94,7 +94,7 @@ def _check_texts(texts: Sequence) -> None:
 _LANG_HELP = "a language code (e.g. 'fr'), 'auto' (detect it per sentence), or a list with one code per sentence"
 
 
-def _check_lang(lang, n_texts: int | None = None):
+def check_lang_argument(lang, n_texts: int | None = None):
     """``lang`` as the preprocessing takes it: None, one code (str), or a list of codes (one per text, length
     ``n_texts`` when given).  Anything else raises :class:`LaserInputError` saying what is expected."""
     if lang is None:
@@ -120,13 +120,13 @@ def _language(code: str, where: str) -> str:
     """One language by the command line's rule ([`hf_laser.text.languages.check_language`]): `auto` or a code as given, a
     language name as its FLORES-200 code; anything else (`francais`, `fr,en`) is a [`LaserInputError`], never a
     warning and the Moses defaults."""
-    from .preprocessing import LANG_CODE
 
     if LANG_CODE.match(code) or is_auto(code):
         return code
     if LANG_CODE.match(code.strip()) or is_auto(code.strip()):
         return code.strip()
     try:  # (absolute: remote code, a copy of this file beside a model, finds the names where hf_laser is installed)
+        # lazy: optional: its ImportError is handled here
         from hf_laser.text.languages import check_language
     except ImportError:
         raise LaserInputError(f"{where}: {code!r} is not a language code (en, fr, zh, ...; language names need "
@@ -137,7 +137,7 @@ def _language(code: str, where: str) -> str:
         raise LaserInputError(f"{where}: {err}") from None
 
 
-def _check_lines_arg(lines) -> None:
+def check_lines_argument(lines) -> None:
     """A batch of sentences: not a str (its characters would be taken for sentences), not a mapping or a set."""
     if isinstance(lines, (str, bytes, bytearray)):
         raise LaserInputError(f"expected a list of sentences, got a single {type(lines).__name__}; wrap it in a list")
@@ -197,6 +197,7 @@ class LaserTextPipeline:
             self._spm_proto = None
         else:
             try:  # (in a try block: transformers then does not require sentencepiece for remote LASER1 tokenizers)
+                # lazy: needed by LASER2 tokenizers only
                 import sentencepiece as spm
             except ImportError as err:
                 raise ImportError("LASER2 (SentencePiece) tokenization needs sentencepiece: "
@@ -229,7 +230,6 @@ class LaserTextPipeline:
             lang = self.laser2_punct_lang
         pre = self._preprocessors.pop(lang, None)
         if pre is None:
-            from .preprocessing import LaserPreprocessor
 
             pre = LaserPreprocessor(lang, mode=self.mode)
             if len(self._preprocessors) >= MAX_CACHED_PREPROCESSORS:  # the least recently used goes
@@ -240,16 +240,15 @@ class LaserTextPipeline:
     def preprocess(self, lines: Sequence[str], lang: str | Sequence[str] | None = None) -> list[str]:
         """Raw lines -> ``.tok`` lines; ``lang`` one code, ``"auto"`` (detected per line, see
         :mod:`hf_laser.text.langid`) or one per line (which may be ``"auto"`` too)."""
-        _check_lines_arg(lines)
+        check_lines_argument(lines)
         lines = list(lines)
-        _check_texts(lines)
-        lang = self.lang if lang is None else _check_lang(lang, len(lines))
+        check_texts(lines)
+        lang = self.lang if lang is None else check_lang_argument(lang, len(lines))
         if isinstance(lang, str) and not is_auto(lang):
             return list(self.preprocessor(lang).batch(lines)) if lines else []
         langs = [AUTO] * len(lines) if isinstance(lang, str) else list(lang)
         auto = [i for i, lg in enumerate(langs) if is_auto(lg)]
         if auto:
-            from .langid import detect
 
             fallback = self.lang if isinstance(self.lang, str) and not is_auto(self.lang) else "en"
             for i, code in zip(auto, detect([lines[i] for i in auto], default=fallback)):
@@ -316,7 +315,7 @@ class LaserTextPipeline:
             raise ValueError(f"stage must be 'tok' or 'bpe' for text output, got {stage!r}")
         _check_pretokenized(pretokenized)
         lines = list(lines)
-        _check_texts(lines)
+        check_texts(lines)
         if pretokenized in (True, "bpe"):
             return lines
         tok = lines if pretokenized == "tok" else self.preprocess(lines, lang)
@@ -412,7 +411,7 @@ class _IdsEncoder:
     ) -> list[list[int]]:
         _check_pretokenized(pretokenized)
         lines = list(lines)
-        _check_texts(lines)
+        check_texts(lines)
         if pretokenized in (True, "bpe"):
             res = [self.tokens_to_ids(line.split()) for line in lines]
         else:
@@ -638,15 +637,14 @@ class LaserTextTokenizer:
 
     def resolve_lang(self, lang, texts: Sequence[str] = (), *, pretokenized: bool | str = False,
                      n_texts: int | None = None):
-        """``lang`` checked (:func:`_check_lang`); for ``lang=None`` the :attr:`default_lang`, after checking
+        """``lang`` checked (:func:`check_lang_argument`); for ``lang=None`` the :attr:`default_lang`, after checking
         (a sample of at most 100 of) ``texts`` against it: a ``UserWarning`` at the caller's line says so when
         most of them are in another language (see :func:`hf_laser.text.langid.check_default_lang`).  An explicit
         ``lang`` never warns; neither does pre-tokenized input (no preprocessing)."""
         if lang is not None:
-            return _check_lang(lang, n_texts)
+            return check_lang_argument(lang, n_texts)
         used = self.default_lang
         if pretokenized is False and not is_auto(used) and texts:
-            from .langid import check_default_lang
 
             check_default_lang(texts, used)
         return used
@@ -656,7 +654,7 @@ class LaserTextTokenizer:
         """Raw text -> ``.tok`` text (a str for a str, a list for a list)."""
         if isinstance(texts, str):
             return self.pipeline.preprocess([texts], self.resolve_lang(lang, [texts], n_texts=1))[0]
-        _check_lines_arg(texts)
+        check_lines_argument(texts)
         texts = list(texts)
         return self.pipeline.preprocess(texts, self.resolve_lang(lang, texts, n_texts=len(texts)))
 
@@ -673,7 +671,7 @@ class LaserTextTokenizer:
 
         ``lang``: one code, ``"auto"`` (detected per line), or one code per line; None: :attr:`default_lang`,
         with a warning when the lines look like another language (see :meth:`resolve_lang`)."""
-        _check_lines_arg(lines)
+        check_lines_argument(lines)
         if lang is None:
             if isinstance(lines, Sequence):
                 sample = lines
@@ -684,9 +682,9 @@ class LaserTextTokenizer:
             lang = self.resolve_lang(None, sample, pretokenized=pretokenized)
         elif not isinstance(lang, str):
             lines = list(lines)
-            lang = _check_lang(lang, len(lines))
+            lang = check_lang_argument(lang, len(lines))
         else:
-            lang = _check_lang(lang)
+            lang = check_lang_argument(lang)
         return list(_iter_chunked(self._core, lines, lang, "ids", pretokenized, num_proc, chunk_size))
 
     def iter_tokenize_file(
@@ -711,5 +709,5 @@ class LaserTextTokenizer:
             lang = self.resolve_lang(None, head, pretokenized=pretokenized)
             lines = itertools.chain(head, lines)
         else:
-            lang = _check_lang(lang)
+            lang = check_lang_argument(lang)
         yield from _iter_chunked(self._core, lines, lang, stage, pretokenized, num_proc, chunk_size)

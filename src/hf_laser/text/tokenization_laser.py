@@ -22,16 +22,23 @@ import shutil
 import tempfile
 
 import numpy as np
-
 from transformers import PreTrainedTokenizer
 from transformers.tokenization_utils_base import BatchEncoding, PaddingStrategy, TruncationStrategy
 
 from ..checkpoints.integration_files import write_integration_files
 from .nonbreaking_prefixes import BUNDLE_FILE, bundle, use_bundle
+
 # the transformers-free layers (LaserTextPipeline, LaserInputError, read_lines re-exported: this module was their home)
 from .text_tokenizer import (  # noqa: F401
-    SPIECE_UNDERLINE, VOCAB_FILES_NAMES, LaserInputError, LaserTextPipeline, LaserTextTokenizer, _check_lang,
-    _check_pretokenized, _check_texts, read_lines,
+    SPIECE_UNDERLINE,
+    VOCAB_FILES_NAMES,
+    LaserInputError,
+    LaserTextPipeline,
+    LaserTextTokenizer,
+    _check_pretokenized,
+    check_lang_argument,
+    check_texts,
+    read_lines,
 )
 
 __all__ = [
@@ -261,7 +268,7 @@ class LaserTokenizer(LaserTextTokenizer, PreTrainedTokenizer):
             for i, s in enumerate(sents):
                 if not isinstance(s, (list, tuple)):
                     raise LaserInputError(f"text at position {i} is {type(s).__name__}, expected a list of words")
-                _check_texts(s)
+                check_texts(s)
                 texts.append(" ".join(s))
             if pretokenized is False:
                 pretokenized = "tok"
@@ -279,14 +286,14 @@ class LaserTokenizer(LaserTextTokenizer, PreTrainedTokenizer):
             raise LaserInputError(f"text at position 0 is {type(text).__name__}, expected str or a list of str")
 
         if texts is not None:
-            _check_texts(texts)
+            check_texts(texts)
             lang = self.resolve_lang(lang, texts, pretokenized=pretokenized, n_texts=len(texts))
             ids_list = self.encode_lines(texts, lang, pretokenized=pretokenized, num_proc=num_proc)
             if not add_special_tokens:
                 for ids in ids_list:
                     ids.pop()
         else:
-            _check_lang(lang)  # ids need no language, but a wrong argument is still an error
+            check_lang_argument(lang)  # ids need no language, but a wrong argument is still an error
             if add_special_tokens:
                 ids_list = [ids + [self.eos_token_id] for ids in ids_list]
 
@@ -343,6 +350,7 @@ class LaserTokenizer(LaserTextTokenizer, PreTrainedTokenizer):
         tensor_type = None if return_tensors is None else str(getattr(return_tensors, "value", return_tensors))
         if isinstance(data["input_ids"], np.ndarray):
             if tensor_type == "pt":
+                # lazy: torch (the NumPy engine and the command line's start run without it)
                 import torch
 
                 return BatchEncoding({k: torch.from_numpy(v) for k, v in data.items()})
