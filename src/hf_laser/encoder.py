@@ -282,7 +282,6 @@ class LaserEncoder:
             dtype = torch.float32
         weights_sha256 = model_sha256(model) if dtype is not None or quantize is not None else None
         if dtype is not None:
-
             slow = emulated_dtype_message(dtype, device, flag=f"dtype={dtype}")
             if slow:
                 warn_at_caller(slow)

@@ -467,7 +467,6 @@ def convert(
             with open(tmp_dir / "vocab.json", "w", encoding="utf-8") as f:
                 json.dump(checkpoint["dictionary"], f, ensure_ascii=False)
         if model_card:
-
             write_model_card(
                 tmp_dir,
                 model_name=out_dir.name,
@@ -559,7 +558,6 @@ def _convert_laser3(path: Path, out_dir: Path, *, spm_model, spm_vocab, model_ca
             with open(tmp_dir / "vocab.json", "w", encoding="utf-8") as f:
                 json.dump(dictionary, f, ensure_ascii=False)
         if model_card:
-
             write_model_card(tmp_dir, model_name=out_dir.name, base_model=path.name,
                              tokenizer="SentencePiece (LASER3, laser_encoders' LaserTokenizer)" if spm_model
                              else "none (dictionary only)")

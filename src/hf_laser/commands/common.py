@@ -16,10 +16,6 @@ from pathlib import Path
 from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS
 from ..errors import EmbeddingWriteError, UsageError, one_line
 from ..models import check_model_dir
-from ..speed.cpu import cpu_info, emulated_dtype_message, int8_without_kernels_message
-from ..text.langid import is_auto
-from ..text.languages import LANG_CODE, check_language
-from ..text.preprocessing import KNOWN_CODES, normalize_lang, warned_codes
 
 
 def add_max_sentence_tokens_argument(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +49,8 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     dtype = kwargs.get("dtype") if choice is None else choice.dtype()
     slow = dtype is not None and slow_cpu_dtype_message(dtype, kwargs.get("device") or "cpu")
     if getattr(encoder, "quantize", None) == "int8":
+        # lazy: cli.py imports this module, and `hf-laser --help` does without the processor's flags
+        from ..speed.cpu import cpu_info, int8_without_kernels_message
 
         slow = slow or int8_without_kernels_message(cpu_info(), flag="--int8")
     if slow:
@@ -69,6 +67,8 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
 def slow_cpu_dtype_message(dtype, device) -> str | None:
     """Why `--dtype bfloat16` / `float16` will be slow on this CPU ([`hf_laser.speed.cpu.emulated_dtype_message`]), or
     None."""
+    # lazy: cli.py imports this module, and `hf-laser --help` does without the processor's flags
+    from ..speed.cpu import emulated_dtype_message
 
     dtype_name = str(dtype).removeprefix("torch.")
     return emulated_dtype_message(dtype, device, flag=f"--dtype {dtype_name}", int8="--int8")
@@ -79,6 +79,10 @@ def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | No
     as LASER3 lists them (`french`, `wolof`: returned as its FLORES-200 code, `fra_Latn`); anything else is a
     [`UsageError`] (`fr,en`, `123`, `../etc`). A well-formed code without LASER rules of its own is accepted with one
     line on stderr (in place of the library's warning). Returns the language to use."""
+    # lazy: cli.py imports this module, and `hf-laser --help` does without the preprocessing's rules
+    from ..text.langid import is_auto
+    from ..text.languages import LANG_CODE, check_language
+    from ..text.preprocessing import KNOWN_CODES, normalize_lang, warned_codes
 
     if lang is None or is_auto(lang):
         return lang

@@ -132,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
                     **({"device": args.device} if args.device else {}))
         return 0
     if getattr(args, "nproc", None):
-
         n = int(args.nproc)
         ctx = mp.get_context("spawn")
         threads = max(1, (os.cpu_count() or 1) // n)

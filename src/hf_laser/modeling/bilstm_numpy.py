@@ -314,7 +314,6 @@ class NumpyLaserBiLSTM:
             return [call() for call in calls]
         with self._pool_lock:
             if self._pool is None:
-
                 self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="hf_laser-numpy")
         futures = [self._pool.submit(call) for call in calls]
         return [future.result() for future in futures]  # (re-raises a call's error here)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..defaults import MODEL_SET_FILE
@@ -48,7 +47,6 @@ def shipped_model(model) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
 class ResolvedModel:
     """What a model argument is. `kind`: `"shipped"` (a model inside the package, by name or as the default),
     `"directory"` (a local model directory), `"model_set"` (a directory with `laser_model_set.json`), `"members"`
@@ -56,9 +54,14 @@ class ResolvedModel:
     converted once into the cache), `"hub"` (an `owner/name` id, left to transformers). `location` is what the
     loaders open: a path, a list of paths (`members`) or the Hub id."""
 
-    given: object
-    kind: str
-    location: str | os.PathLike | list
+    # (a plain class: `import hf_laser` imports this module, and dataclasses would add to its start-up)
+    __slots__ = ("given", "kind", "location")
+
+    def __init__(self, given: object, kind: str, location: str | os.PathLike | list):
+        self.given, self.kind, self.location = given, kind, location
+
+    def __repr__(self) -> str:
+        return f"ResolvedModel(given={self.given!r}, kind={self.kind!r}, location={self.location!r})"
 
     @property
     def is_set(self) -> bool:

@@ -62,7 +62,6 @@ def detector_version() -> str:
     """`"py3langid 0.4.0 + prior 1a2b3c4d5e6f"`: the detector behind `lang="auto"` and the language prior it is
     weighted by (part of an embedding file's identity: other labels, other embeddings)."""
     try:
-
         name = f"{DETECTOR} {version(DETECTOR)}"
     except Exception:  # noqa: BLE001 - not installed: say what is expected
         name = f"{DETECTOR} {DETECTOR_VERSION}"

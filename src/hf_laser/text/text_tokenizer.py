@@ -230,7 +230,6 @@ class LaserTextPipeline:
             lang = self.laser2_punct_lang
         pre = self._preprocessors.pop(lang, None)
         if pre is None:
-
             pre = LaserPreprocessor(lang, mode=self.mode)
             if len(self._preprocessors) >= MAX_CACHED_PREPROCESSORS:  # the least recently used goes
                 del self._preprocessors[next(iter(self._preprocessors))]
@@ -249,7 +248,6 @@ class LaserTextPipeline:
         langs = [AUTO] * len(lines) if isinstance(lang, str) else list(lang)
         auto = [i for i, lg in enumerate(langs) if is_auto(lg)]
         if auto:
-
             fallback = self.lang if isinstance(self.lang, str) and not is_auto(self.lang) else "en"
             for i, code in zip(auto, detect([lines[i] for i in auto], default=fallback)):
                 langs[i] = code
@@ -645,7 +643,6 @@ class LaserTextTokenizer:
             return check_lang_argument(lang, n_texts)
         used = self.default_lang
         if pretokenized is False and not is_auto(used) and texts:
-
             check_default_lang(texts, used)
         return used
 
