@@ -246,7 +246,11 @@ def test_module_level_imports_of_the_library_are_at_the_top():
                 continue
             for child in ast.walk(node):
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    context = " ".join(lines[max(child.lineno - 3, 0):child.end_lineno])
+                    first = child.lineno - 1  # the reason may stand above a block of imports
+                    while first > 0 and (lines[first - 1].strip().startswith(("from ", "import ", "#", ")"))
+                                         or lines[first - 1].rstrip().endswith((",", "("))):
+                        first -= 1
+                    context = " ".join(lines[max(first - 2, 0):child.end_lineno])
                     if "lazy:" not in context:
                         offenders.append(f"{path.relative_to(PACKAGE)}:{child.lineno}")
     assert not offenders, f"{len(offenders)} function-local imports without a '# lazy: reason': {offenders[:20]}"

@@ -207,7 +207,9 @@ def majority(texts: Sequence[str], min_prob: float = CHECK_MIN_PROB) -> tuple[st
 
 
 # -------------------------------------------------------------------------------- warnings at the user's line
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# hf_laser's root (this file is in its `text/`), or the folder of a directory's remote code (a flat copy)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)) if __name__.startswith("hf_laser.")
+                               else os.path.abspath(__file__)) + os.sep
 
 
 def _internal_dirs() -> tuple[str, ...]:

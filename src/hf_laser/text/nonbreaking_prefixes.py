@@ -14,7 +14,7 @@ import functools
 import json
 from pathlib import Path
 
-__all__ = ["BUNDLE_FILE", "LANGS", "bundle", "prefix_file_bytes", "use_bundle"]
+__all__ = ["BUNDLE_FILE", "LANGS", "bundle", "prefix_file_bytes", "register_bundle", "registered_bundle", "use_bundle"]
 
 DATA_DIR = Path(__file__).resolve().parent / "nonbreaking_prefixes"
 # the languages with a file (a fixed list, so that no directory listing or file name decides what is read)
@@ -53,7 +53,6 @@ def bundle() -> dict[str, str]:
 def use_bundle(path: str | Path) -> None:
     """Registers a [`BUNDLE_FILE`] (a saved tokenizer's) as the source of the files the package does not have.
     Untrusted: bounded in size, and refused in one line unless it holds exactly the text of every language."""
-    global _bundle
     path = Path(path)
     if path.stat().st_size > MAX_BUNDLE_BYTES:
         raise ValueError(f"{path}: larger than {MAX_BUNDLE_BYTES} bytes, not a non-breaking-prefix bundle")
@@ -61,7 +60,21 @@ def use_bundle(path: str | Path) -> None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
         raise ValueError(f"{path}: not a non-breaking-prefix bundle ({type(err).__name__})") from None
+    try:
+        register_bundle(data)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def register_bundle(data: dict[str, str]) -> None:
+    """Makes `data` ([`bundle`]'s form) the source of the files the package does not have (a process that gets it
+    from another: multiprocessing)."""
+    global _bundle
     if not isinstance(data, dict) or set(data) != set(LANGS) or not all(isinstance(v, str) for v in data.values()):
-        raise ValueError(f"{path}: not a non-breaking-prefix bundle (an object of the {len(LANGS)} languages' texts "
-                         "expected)")
+        raise ValueError(f"not a non-breaking-prefix bundle (an object of the {len(LANGS)} languages' texts expected)")
     _bundle = data
+
+
+def registered_bundle() -> dict[str, str] | None:
+    """The registered bundle, where the package's data files are missing (remote code); else None."""
+    return _bundle if _read_data_file(LANGS[0]) is None else None

@@ -98,7 +98,7 @@ import unicodedata
 import warnings
 from typing import Callable, Iterable
 
-from .nonbreaking_prefixes import prefix_file_bytes
+from .nonbreaking_prefixes import prefix_file_bytes, register_bundle, registered_bundle
 
 __all__ = [
     "normalize_lang",
@@ -923,8 +923,9 @@ class LaserPreprocessor:
         return f"LaserPreprocessor(lang={self.lang!r}, mode={self.mode!r})"
 
     def __reduce__(self):
-        # picklable (e.g. for multiprocessing): rebuilt from (lang, mode) in the new process
-        return (_rebuild_preprocessor, (self.lang, self.mode))
+        # picklable (e.g. for multiprocessing): rebuilt from (lang, mode) in the new process, with the prefix files
+        # a directory's remote code registered (a flat copy has no data folder: the child must get them too)
+        return (_rebuild_preprocessor, (self.lang, self.mode, registered_bundle()))
 
     def _process(self, text: str) -> str:
         if text[-1:] == "\n":  # chomp
@@ -965,7 +966,9 @@ class LaserPreprocessor:
         return out
 
 
-def _rebuild_preprocessor(lang: str, mode: str) -> LaserPreprocessor:
+def _rebuild_preprocessor(lang: str, mode: str, prefix_bundle: dict | None = None) -> LaserPreprocessor:
+    if prefix_bundle is not None:
+        register_bundle(prefix_bundle)
     return LaserPreprocessor(lang, mode=mode)
 
 

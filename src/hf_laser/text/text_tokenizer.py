@@ -33,6 +33,7 @@ from typing import Any
 
 from .bpe import CACHE_MAX_WORD_CHARS, FastBPE, read_codes, read_vocab
 from .langid import AUTO, CHECK_SAMPLE, check_default_lang, detect, is_auto
+from .nonbreaking_prefixes import register_bundle, registered_bundle
 from .preprocessing import LANG_CODE, LaserPreprocessor
 
 VOCAB_FILES_NAMES = {
@@ -220,7 +221,8 @@ class LaserTextPipeline:
             kw = dict(bpe_codes=pairs, bpe_vocab=self.bpe.vocab)
         else:
             kw = dict(spm_model=self._spm_proto)
-        return (_rebuild_pipeline, (kw, self.lang, self.laser2_punct_lang))
+        # + the prefix files a directory's remote code registered (a flat copy has no data folder)
+        return (_rebuild_pipeline, (kw, self.lang, self.laser2_punct_lang, registered_bundle()))
 
     # ----------------------------------------------------------------- preprocessing
     def preprocessor(self, lang: str | None = None):
@@ -350,7 +352,9 @@ class LaserTextPipeline:
         return n
 
 
-def _rebuild_pipeline(kw, lang, laser2_punct_lang):
+def _rebuild_pipeline(kw, lang, laser2_punct_lang, prefix_bundle=None):
+    if prefix_bundle is not None:
+        register_bundle(prefix_bundle)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return LaserTextPipeline(**kw, lang=lang, laser2_punct_lang=laser2_punct_lang)
