@@ -31,7 +31,13 @@ from pathlib import Path
 import numpy as np
 
 from .defaults import MODEL_SET_FILE as SET_FILE
-from .text.languages import flores_codes, is_flores_code, is_student_code, names_student, student_code
+from .text.languages import (
+    flores_codes,
+    is_flores_code,
+    is_student_code,
+    names_student,
+    student_code,
+)
 from .text.preprocessing import KNOWN_CODES, normalize_lang
 
 FORMAT = "hf-laser model set"
@@ -101,6 +107,8 @@ def read_model_set(directory: str | os.PathLike) -> tuple[Path | None, dict[str,
     path = directory / SET_FILE
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be a model set") from None
     except ValueError as err:
         raise ValueError(f"{path} is not valid JSON ({err})") from None
     if not isinstance(content, dict) or content.get("format") != FORMAT:
@@ -113,7 +121,16 @@ def read_model_set(directory: str | os.PathLike) -> tuple[Path | None, dict[str,
         raise ValueError(f"{path}: {bad} are not FLORES-200 codes (such as wol_Latn) nor codes of languages outside "
                          "FLORES-200 with their script (such as bre_Latn)")
     default = content.get("default")
-    return (None if default is None else directory / default), {k: directory / v for k, v in students.items()}
+    if default is not None and not isinstance(default, str):
+        raise ValueError(f"{path}: 'default' must be a model directory (a string) or null, got {default!r}")
+    members = {"default": None if default is None else directory / default,
+               **{k: directory / v for k, v in students.items()}}
+    for name, member in members.items():
+        # a member that is a set itself (the set's own directory, ".", or A -> B -> A) would load without end
+        if member is not None and is_model_set(member):
+            raise ValueError(f"{path}: the {'default model' if name == 'default' else 'student ' + name} is "
+                             f"{member}, a model set itself; the members of a set are model directories")
+    return members.pop("default"), members
 
 
 class RoutedLaserEncoder:
@@ -159,7 +176,11 @@ class RoutedLaserEncoder:
             config = Path(member) / "config.json"
             if not config.is_file():
                 raise FileNotFoundError(f"{member} is not a converted model directory (no config.json)")
-            lang = json.loads(config.read_text(encoding="utf-8")).get("language")
+            try:
+                values = json.loads(config.read_text(encoding="utf-8"))
+            except RecursionError:
+                raise ValueError(f"{config} is nested too deeply to be a LASER config") from None
+            lang = values.get("language") if isinstance(values, dict) else None
             if lang is None:
                 if default is not None:
                     raise ValueError(f"two models without a language: {default} and {member}; a set has one default "

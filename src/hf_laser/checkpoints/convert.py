@@ -50,6 +50,7 @@ from .fairseq_checkpoint import (
     fairseq_dictionary,
     laser3_model_config,
     load_fairseq_checkpoint,
+    scan_checkpoint,
 )
 from .model_card import write_model_card
 
@@ -171,9 +172,15 @@ def load_laser_checkpoint(path: str | Path) -> dict:
     if why := not_a_torch_file(path):
         raise NotALaserCheckpoint(why)
     verify_zip_crc(path)
+    try:  # the limits on what a file may declare (docs/convert.md, "Untrusted inputs"), before anything is read
+        scan_checkpoint(path, check_names=False)
+    except NotALaser3Checkpoint as err:
+        raise NotALaserCheckpoint(f"{path} could not be read as {EXPECTED_FORMAT}: {err}") from None
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError):
+        pass  # torch's own reading says what is wrong below
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # pickle errors, zip errors, unsafe globals...
+    except (Exception, RecursionError) as err:  # pickle errors, zip errors, unsafe globals...
         text = " ".join(str(err).split())
         if "Weights only load failed" in text:
             # torch's message advises weights_only=False (running the file's code): not an option here
@@ -485,9 +492,13 @@ def is_laser3_file(path: str | Path) -> bool:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     verify_zip_crc(path)
-    try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-    except Exception:  # noqa: BLE001 - not a torch file: load_laser_checkpoint says so
+    if not_a_torch_file(path):
+        return False
+    try:  # the opcodes only, both of torch's formats (zip and legacy)
+        names = scan_checkpoint(path)
+    except NotALaser3Checkpoint as err:  # refused: by the LASER3 reader (its message) when it names LASER3's types
+        names = getattr(err, "names", set())
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError):  # not a torch file: load_laser_checkpoint says so
         return False
     return any(n == "argparse.Namespace" or n.startswith(("omegaconf.", "fairseq.")) for n in names)
 

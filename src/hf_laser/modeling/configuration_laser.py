@@ -90,6 +90,13 @@ class LaserConfig(PretrainedConfig):
         prepend_bos (`bool`, *optional*, defaults to `False`):
             Transformer only: the model puts `<s>` in front of every sentence it is given (input ids stay what every
             LASER tokenizer gives: pieces + `</s>`), as LASER3's `SentenceEncoder` does.
+        quant_noise (`bool`, *optional*, defaults to `False`):
+            Transformer only: the bias-free `embed_dim x embed_dim` linear map fairseq puts after the embeddings of a
+            model trained with `quant_noise_pq > 0` (`quant_noise.weight`; the noise acts in training only).
+
+    Every value is checked when the configuration is built (types, ranges, and the parameters the sizes imply,
+    at most `HF_LASER_MAX_PARAMETERS`): a wrong one is a `ValueError` naming the field and what it may be, before
+    anything is allocated (docs/convert.md, "Untrusted inputs").
 
     Example:
 
@@ -143,10 +150,19 @@ class LaserConfig(PretrainedConfig):
         layer_norm_eps: float = 1e-5,
         pooling: str = "max",
         prepend_bos: bool = False,
+        quant_noise: bool = False,
         **kwargs,
     ):
-        check_laser_config_values(dict(classifier_mode=classifier_mode, vocab_size=vocab_size, embed_dim=embed_dim,
-                                       hidden_size=hidden_size, num_layers=num_layers, encoder_type=encoder_type))
+        check_laser_config_values(dict(
+            classifier_mode=classifier_mode, vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=hidden_size,
+            num_layers=num_layers, bidirectional=bidirectional, encoder_type=encoder_type,
+            attention_heads=attention_heads, ffn_dim=ffn_dim, normalize_before=normalize_before,
+            position_embedding_type=position_embedding_type, max_positions=max_positions,
+            scale_embedding=scale_embedding, layernorm_embedding=layernorm_embedding,
+            final_layer_norm=final_layer_norm, activation_function=activation_function, dropout=dropout,
+            attention_dropout=attention_dropout, activation_dropout=activation_dropout, layer_norm_eps=layer_norm_eps,
+            pooling=pooling, prepend_bos=prepend_bos, quant_noise=quant_noise, pad_token_id=pad_token_id,
+            bos_token_id=bos_token_id, eos_token_id=eos_token_id, unk_token_id=unk_token_id))
         self.vocab_size = vocab_size
         self.embed_dim = embed_dim
         self.hidden_size = hidden_size
@@ -183,9 +199,21 @@ class LaserConfig(PretrainedConfig):
         self.layer_norm_eps = layer_norm_eps
         self.pooling = pooling
         self.prepend_bos = prepend_bos
+        self.quant_noise = quant_noise
         super().__init__(
             pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs
         )
+
+    @classmethod
+    def _dict_from_json_file(cls, json_file):
+        # a JSON nesting bomb is one line (ValueError), not the RecursionError of json or of transformers' decoding
+        try:
+            values = super()._dict_from_json_file(json_file)
+        except RecursionError:
+            raise ValueError(f"{json_file} is nested too deeply to be a LASER config") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{json_file} is not a JSON object (a LASER config is one)")
+        return values
 
     @property
     def embedding_dim(self) -> int:

@@ -14,9 +14,12 @@ What it computes, step for step as fairseq 0.12 and laser_encoders' `LaserTransf
    BiLSTM);
 2. token embeddings × `sqrt(embed_dim)` (unless `scale_embedding` is off) + positions (sinusoidal or learned), both
    fairseq's: positions count the non-`<pad>` tokens of a row and start at `pad_token_id + 1`, so they do not depend
-   on the padding side; optional `layernorm_embedding`; padded positions zeroed;
+   on the padding side; optional `layernorm_embedding`; with `quant_noise` (fairseq's `quant_noise_pq > 0`), the
+   bias-free `dim x dim` linear map fairseq puts after the embeddings (`quant_noise.weight`: quant noise itself
+   acts in training only, the map stays at inference); padded positions zeroed;
 3. `num_layers` encoder layers, post-norm (fairseq's default) or pre-norm (`normalize_before`), self-attention with
-   the padding masked, ReLU / GELU feed-forward;
+   the padding masked, the feed-forward with fairseq's activation (relu, relu_squared, gelu, gelu_accurate = gelu_fast,
+   tanh, linear);
 4. the final `layer_norm` when the checkpoint has one (pre-norm models, and LASER3 checkpoints that add it);
 5. the sentence embedding: the max over the non-`<pad>` positions (`pooling="max"`, fairseq's `maxpool`) or the
    output at `<s>` (`pooling="cls"`).
@@ -38,7 +41,30 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+def gelu_accurate(x: torch.Tensor) -> torch.Tensor:
+    """fairseq's `gelu_accurate` (and `gelu_fast`): the tanh approximation, the same operations in the same order."""
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
+
+
+def relu_squared(x: torch.Tensor) -> torch.Tensor:
+    """fairseq's `relu_squared`."""
+    return F.relu(x).pow(2)
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """fairseq's `gelu`: `F.gelu` computed in float32."""
+    return F.gelu(x.float()).type_as(x)
+
+
+def linear(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+# fairseq 0.12's `utils.get_activation_fn`, every name it computes (its "swish" returns the class `nn.SiLU`, which
+# fails on the first sentence: not a model the original embeds)
+ACTIVATIONS = {"relu": F.relu, "relu_squared": relu_squared, "gelu": gelu, "gelu_fast": gelu_accurate,
+               "gelu_accurate": gelu_accurate, "tanh": torch.tanh, "linear": linear}
 POOLINGS = ("max", "cls")
 POSITION_EMBEDDINGS = ("sinusoidal", "learned", "none")
 
@@ -145,6 +171,8 @@ class TransformerEncoderMixin:
             self.embed_positions = None
         self.layernorm_embedding = nn.LayerNorm(dim, eps=config.layer_norm_eps) if config.layernorm_embedding \
             else None
+        # fairseq's `quant_noise_pq > 0`: a bias-free linear map after the embeddings (its noise acts in training only)
+        self.quant_noise = nn.Linear(dim, dim, bias=False) if getattr(config, "quant_noise", False) else None
         self.layers = nn.ModuleList(LaserTransformerLayer(config) for _ in range(config.num_layers))
         self.layer_norm = nn.LayerNorm(dim, eps=config.layer_norm_eps) if config.final_layer_norm else None
         self.dropout = nn.Dropout(config.dropout)
@@ -155,8 +183,10 @@ class TransformerEncoderMixin:
             return self.embed_positions(positions)
         needed = int(positions.max()) + 1
         if self._sinusoids.shape[0] < needed:
-            # fairseq builds the table for max_source_positions and grows it for longer inputs: the same rows
-            size = max(needed, self.config.max_positions + self.config.pad_token_id + 1)
+            # fairseq builds the table for max_source_positions and grows it for longer inputs; a row does not
+            # depend on the table's size, so the rows needed (rounded up) are the same bits, and a configuration's
+            # max_positions allocates nothing: any length is embedded, as by the original
+            size = -(-needed // 256) * 256
             self._sinusoids = sinusoidal_positions(size, self.config.embed_dim, self.config.pad_token_id)
         table = self._sinusoids.to(device=positions.device)
         return F.embedding(positions, table).to(self.embed_tokens.weight.dtype)
@@ -186,6 +216,8 @@ class TransformerEncoderMixin:
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         x = self.dropout(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
         padded = not bool(tokens.all())
         if padded:
             x = x * tokens.unsqueeze(-1).type_as(x)
