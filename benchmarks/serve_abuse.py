@@ -14,6 +14,10 @@ each class, and a one-sentence request ("Hello world.") is timed while the abuse
 - `large-request`: 3 requests near the limits (2,048 sentences, 88,538 tokens) sent back to back;
 - `silent-connections`: `--connections` connections (default 3,000) that never send a byte;
 - `trickled-body`: a body sent 1 byte / 3 s (time until the server answers 408);
+- `refused-body`: a request announcing a 100 GB body, answered 413 at once, whose body is then sent as fast as the
+  server takes it for 10 s (issue #68: bytes the server read after its answer, its CPU seconds meanwhile, and when
+  it closed the connection); `refused-chunked`: the same with a chunked body (413 once 16 MiB have come);
+- `long-lang`: a 100 KB `lang` (issue #68: the size of the error's message; it was echoed whole);
 - `shutdown`: SIGTERM with a half-sent body, an idle keep-alive connection and 100 silent connections open (time to
   exit);
 - `open-files`: the server under an open-files limit of 1,024 (soft and hard) and `--connections` silent
@@ -195,6 +199,43 @@ def answered(socks: list[socket.socket], wait_s: float) -> tuple[int, float]:
 
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def refused_body(server: Server, chunked: bool, seconds: float = 10.0) -> tuple[str, int, float, float]:
+    """A body the server refuses (413), sent as fast as it takes it: (its status line, bytes it took after the
+    answer, seconds until it closed the connection or `seconds`, its CPU seconds meanwhile)."""
+    head = (b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Content-Length: 100000000000\r\n\r\n"))
+    chunk = (b"10000\r\n" + b"0" * 65536 + b"\r\n") if chunked else b"0" * 65536
+    cpu0 = cpu_seconds(server.proc.pid)
+    sock = server.connect()
+    sock.sendall(head)
+    sock.setblocking(False)
+    answer, after, pending, t0 = b"", 0, memoryview(chunk), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        try:
+            answer += sock.recv(65536)
+        except BlockingIOError:
+            pass
+        except OSError:
+            break
+        try:
+            sent = sock.send(pending)
+            after += sent if answer else 0
+            pending = pending[sent:] or memoryview(chunk)
+        except BlockingIOError:
+            time.sleep(0.001)
+        except OSError:
+            break
+    took = time.perf_counter() - t0
+    sock.close()
+    return (answer.split(b"\r\n", 1)[0].decode(errors="replace"), after, took,
+            cpu_seconds(server.proc.pid) - cpu0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model directory (default: the shipped one)")
@@ -205,7 +246,8 @@ def main() -> None:
 
     print(f"# processor: {cpu_info().line()}", flush=True)
     classes = ["huge-word", "long-words", "made-up-langs", "made-up-langs-again", "large-request",
-               "silent-connections", "trickled-body", "shutdown", "open-files"]
+               "silent-connections", "trickled-body", "refused-body", "refused-chunked", "long-lang", "shutdown",
+               "open-files"]
     chosen = classes if args.only is None else args.only.split(",")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the clients' sockets
@@ -215,7 +257,7 @@ def main() -> None:
     rows = []
 
     server = Server(args.model)
-    for name in [c for c in chosen if c in classes[:7]]:
+    for name in [c for c in chosen if c in classes[:10]]:
         before = server.rss_mb()
         if name == "huge-word":
             body = json.dumps({"input": ["w0" + "a" * 16_700_000], "lang": "en"}).encode()
@@ -249,6 +291,22 @@ def main() -> None:
             socks = silent(server, args.connections)
             (closed, last), lat = during(server, lambda: answered(socks, 60))
             what = f"{len(socks):,} opened, {closed:,} answered/closed by the server, the last after {last:.1f} s"
+        elif name in ("refused-body", "refused-chunked"):
+            (answer, after, took, cpu), lat = during(server, lambda: refused_body(server, name == "refused-chunked"))
+            what = (f"'{answer}', then {after / 1e6:,.1f} MB read in {took:.1f} s"
+                    + (" (connection closed)" if took < 9.9 else " (connection still open)")
+                    + f", server CPU {cpu:.1f} s")
+        elif name == "long-lang":
+            def long_lang():
+                conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+                conn.request("POST", "/v1/embeddings", body=json.dumps({"input": ["Hello."], "lang": "x" * 100_000}),
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                body = resp.read()
+                conn.close()
+                return resp.status, len(json.loads(body)["error"]["message"]), len(body)
+            (status, chars, size), lat = during(server, long_lang)
+            what = f"{status}, message of {chars:,} characters ({size:,} bytes of answer)"
         else:  # trickled-body
             def trickle():
                 sock = server.connect()

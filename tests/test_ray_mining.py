@@ -199,3 +199,16 @@ def test_a_worker_node_removed_mid_mining_on_a_multi_node_cluster(tmp_path):
     assert len(expected) > 8000
     for name in ("src", "tgt", "scores", "x2y_sim", "x2y_ind", "y2x_sim", "y2x_ind"):
         assert np.array_equal(getattr(got, name), getattr(expected, name)), name
+
+
+def test_ties_between_duplicates_on_ray_are_the_single_process_ties(local_ray):
+    """#68 item 6: from the same embeddings, one process and Ray gave 3,523 and 3,517 pairs on a corpus with repeated
+    target lines. Now Ray's searchers (3 shards over 2 actors) give the pairs of one process with one index."""
+    from hf_laser.mining import mine
+    from hf_laser.mining.on_ray import mine_on_ray
+    from test_mining import _pairs, corpus_with_duplicates
+
+    x, y = corpus_with_duplicates()
+    single = _pairs(mine(x, y, k=4, device="cpu", show_progress=False))
+    on_ray = _pairs(mine_on_ray(x, y, k=4, num_searchers=2, shard_size=600, device="cpu", show_progress=False))
+    assert len(single) > 100 and on_ray == single

@@ -8,11 +8,21 @@ naming LASER2 and every converted student, so `LaserEncoder.from_pretrained(CACH
 to `from_pretrained` (`"laser2"`, `"laser3-wol_Latn"`) resolves to its converted directory the same way
 ([`resolve_named_model`]).
 
-Checks: a file is written to `NAME.part` (an interrupted download resumes from there with an HTTP range request) and
-renamed only when its size is the `Content-Length` the server announced and, where the server's `ETag` is a plain
-MD5 (as the S3 bucket behind Meta's addresses gives for files uploaded whole), its MD5 is that; a `.pt` file's zip
-CRCs are checked again by the converter. The sha256 of each finished file is kept in `CACHE/originals/SHA256SUMS`,
-and a file found in the cache is checked against it before it is used.
+Checks: a file is written to `NAME.part` (an interrupted download resumes from there with an HTTP range request,
+continued only when the answer is a 206 whose `Content-Range` starts where the part file ends; a 416, or a range
+from elsewhere, sets the part file aside and fetches the file whole) and renamed only when its size is the one the
+server announced, where the server's `ETag` is a plain MD5 (as the S3 bucket behind Meta's addresses gives for files
+uploaded whole) its MD5 is that, and a `.spm` loads as a SentencePiece model, a `.cvocab` reads as whole
+`piece count` lines; a `.pt` file's zip CRCs, and the three files together, are checked again by the converter. The
+sha256 of each finished file is kept in `CACHE/originals/SHA256SUMS`, and a file found in the cache is checked
+against it before it is used. A file that fails a check (the conversion's included) is moved to
+`CACHE/originals/rejected/` (the last one refused per name), so the next run fetches it again.
+
+Limits: a body larger than the size the server announced, or than `$HF_LASER_DOWNLOAD_MAX_BYTES` ([`MAX_BYTES`],
+4 GiB) where it announces none or more, is refused; so is a transfer slower than `$HF_LASER_DOWNLOAD_MIN_RATE`
+bytes a second on average ([`MIN_RATE`], 32 KiB/s) once `$HF_LASER_DOWNLOAD_TIMEOUT` seconds ([`TIMEOUT_S`], 60: also
+the limit to connect and for the headers, and of a silence) have passed: by `t` seconds, `MIN_RATE * (t - TIMEOUT)`
+bytes must have arrived (a slow transfer's part file stays: the next run resumes it).
 
 Offline (or when the server cannot be reached), [`ModelsNotAvailable`] says which files to fetch, from where, and
 into which directory to put them: the command then converts them without the network.
@@ -27,17 +37,23 @@ import hashlib
 import http.client
 import os
 import re
+import socket
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from ..errors import DISK_ERRNOS
+from ..text.bpe import read_fields
 from ..text.languages import flores_codes, laser_languages
 
 BASE_URL = "https://dl.fbaipublicfiles.com/nllb/laser"
 CHUNK = 1 << 20
-TIMEOUT_S = 60
+TIMEOUT_S = 60  # seconds of grace: to connect, for the headers, and before the minimum rate applies
+MAX_BYTES = 4 << 30  # a file whose size the server does not announce (LASER's largest are under 1 GB)
+MIN_RATE = 32 << 10  # bytes a second on average, after the grace (a 1 GB file: at most 9 hours)
 
 
 class ModelsNotAvailable(OSError):
@@ -110,53 +126,237 @@ def _progress(total: int | None, name: str, initial: int):
                 disable=not sys.stderr.isatty())
 
 
-def download_file(name: str, originals: Path) -> Path:
-    """`originals/name`, downloaded from [`base_url`] unless it is there with its recorded sha256 (see the module
-    docstring for the checks). Raises [`ModelsNotAvailable`] when the server cannot be reached or answers with an
-    error, [`DownloadCheckFailed`] when the file is not what was announced."""
-    originals.mkdir(parents=True, exist_ok=True)
-    target, part, sums_file = originals / name, originals / f"{name}.part", originals / "SHA256SUMS"
-    sums = _read_sums(sums_file)
-    if target.is_file():
-        if name in sums and _sha256(target) != sums[name]:
-            raise DownloadCheckFailed(f"{target} has changed since it was downloaded (its sha256 is not the one "
-                                      f"recorded in {sums_file}): delete it and download again")
-        if name not in sums:  # placed by hand (offline): recorded as it is
-            _record(sums_file, name, _sha256(target))
-        return target
-    url = f"{base_url()}/{name}"
-    have = part.stat().st_size if part.is_file() else 0
+def _limit(variable: str, default: float) -> float:
+    value = os.environ.get(variable)
+    if not value:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not number > 0:
+        raise ValueError(f"${variable} is {value[:40]!r}: expected a positive number")
+    return number
+
+
+def limits() -> tuple[int, float, float]:
+    """(largest file in bytes, minimum rate in bytes per second, seconds of grace): `$HF_LASER_DOWNLOAD_MAX_BYTES`,
+    `$HF_LASER_DOWNLOAD_MIN_RATE`, `$HF_LASER_DOWNLOAD_TIMEOUT`, or [`MAX_BYTES`], [`MIN_RATE`], [`TIMEOUT_S`]."""
+    return (int(_limit("HF_LASER_DOWNLOAD_MAX_BYTES", MAX_BYTES)), _limit("HF_LASER_DOWNLOAD_MIN_RATE", MIN_RATE),
+            _limit("HF_LASER_DOWNLOAD_TIMEOUT", TIMEOUT_S))
+
+
+class _Deadline:
+    """Shuts the connection down once fewer than `min_rate * (elapsed - grace)` bytes have arrived: the headers and
+    the first bytes within `grace` seconds, then on average at least `min_rate` bytes a second (a trickle that keeps
+    the socket's own timeout from firing ends too)."""
+
+    def __init__(self, min_rate: float, grace: float):
+        self.min_rate, self.grace = min_rate, grace
+        self.start = time.monotonic()
+        self.received = 0
+        self.sock = None  # the connection's socket, set when it connects
+        self.expired = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="hf-laser-download-deadline", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(min(0.25, self.grace / 4)):
+            if self.received < self.min_rate * (time.monotonic() - self.start - self.grace):
+                self.expired = True
+                sock = self.sock
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """urllib's opener (proxies, redirects, TLS as usual) whose connections hand their socket to `deadline`."""
+
+    def watched(base):
+        class Watched(base):
+            def connect(self):
+                super().connect()
+                deadline.sock = self.sock
+
+        return Watched
+
+    class HTTP(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(watched(http.client.HTTPConnection), req)
+
+    class HTTPS(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(watched(http.client.HTTPSConnection), req, context=self._context)
+
+    return urllib.request.build_opener(HTTP, HTTPS)
+
+
+def _move_aside(path: Path, originals: Path, name: str) -> Path:
+    """`path` moved to `originals/rejected/name` (one kept per name: the last one refused), its sha256 forgotten."""
+    rejected = originals / "rejected"
+    rejected.mkdir(exist_ok=True)
+    os.replace(path, rejected / name)
+    sums_file = originals / "SHA256SUMS"
+    if name in _read_sums(sums_file):
+        sums = _read_sums(sums_file)
+        del sums[name]
+        _write_sums(sums_file, sums)
+    return rejected / name
+
+
+class _Oversize(DownloadCheckFailed):
+    """More bytes arrived than the file may have."""
+
+
+class _Restart(Exception):
+    """The answer to a range request does not continue the partial file: fetch the file whole."""
+
+
+def _content_range(value: str | None) -> tuple[int, int, int | None] | None:
+    match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", (value or "").strip())
+    if match is None:
+        return None
+    first, last, total = match.groups()
+    return int(first), int(last), None if total == "*" else int(total)
+
+
+def _transfer(url: str, part: Path, have: int, name: str) -> tuple[str, int | None]:
+    """Writes the body of `url` (from byte `have` when the part file has that many) to `part`; (ETag, total size).
+    Raises [`_Restart`] when a resume is not answered with the range asked for."""
+    max_bytes, min_rate, grace = limits()
+    deadline = _Deadline(min_rate, grace)
+    slow = (f"{url}: fewer than {min_rate:,.0f} bytes a second arrived (after {grace:g} s of grace): the server or "
+            "the network is too slow; run the command again (it resumes), or lower $HF_LASER_DOWNLOAD_MIN_RATE / "
+            "raise $HF_LASER_DOWNLOAD_TIMEOUT")
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
-        response = urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 - an https URL of our own
-    except urllib.error.HTTPError as err:
-        if err.code == 416 and have:  # the part file is already whole: its checks below decide
-            response = None
-        else:
-            raise ModelsNotAvailable(f"{url}: the server answered {err.code} {err.reason}") from None
-    except (urllib.error.URLError, OSError) as err:
-        raise ModelsNotAvailable(f"{url} cannot be reached ({getattr(err, 'reason', err)})") from None
-    etag = total = None
-    if response is not None:
+        try:
+            response = _opener(deadline).open(request, timeout=grace)
+        except urllib.error.HTTPError as err:
+            err.close()
+            if err.code == 416 and have:  # the range asked for is not in the file: whatever the part is, start over
+                raise _Restart(f"answered {err.code} to a resume from byte {have:,}") from None
+            raise ModelsNotAvailable(f"{url}: the server answered {err.code} {str(err.reason)[:200]}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            if deadline.expired:
+                raise DownloadCheckFailed(slow) from None
+            raise ModelsNotAvailable(f"{url} cannot be reached ({str(getattr(err, 'reason', err))[:200]})") from None
         with response:
-            resumed = response.status == 206
-            if not resumed:
-                have = 0
             length = response.headers.get("Content-Length")
-            total = int(length) + have if length and length.isdigit() else None
+            length = int(length) if length and length.isdigit() else None
+            if response.status == 206 and have:
+                span = _content_range(response.headers.get("Content-Range"))
+                if span is None or span[0] != have or (length is not None and length != span[1] - span[0] + 1):
+                    raise _Restart(f"answered a resume from byte {have:,} with the range "
+                                   f"{str(response.headers.get('Content-Range'))[:100]!r}")
+                total = span[2] if span[2] is not None else (have + length if length is not None else None)
+                mode = "ab"
+            elif response.status == 200:
+                have, total, mode = 0, length, "wb"
+            else:
+                raise ModelsNotAvailable(f"{url}: the server answered {response.status} to "
+                                         f"{'a resume' if have else 'a download'}")
+            if total is not None and total > max_bytes:
+                raise DownloadCheckFailed(f"{url}: the server announces {total:,} bytes, more than any LASER file "
+                                          f"({max_bytes:,}, $HF_LASER_DOWNLOAD_MAX_BYTES): refused")
+            cap = total if total is not None else max_bytes
             etag = (response.headers.get("ETag") or "").strip('"')
-            with open(part, "ab" if resumed else "wb") as out, _progress(total, name, have) as bar:
+            with open(part, mode) as out, _progress(total, name, have) as bar:
                 try:
-                    while chunk := response.read(CHUNK):
+                    while chunk := response.read1(CHUNK):
                         out.write(chunk)
+                        deadline.received += len(chunk)
                         bar.update(len(chunk))
+                        if out.tell() > cap:
+                            raise _Oversize(
+                                f"more than {cap:,} bytes arrived ("
+                                + ("the size the server announced" if total is not None else
+                                   "$HF_LASER_DOWNLOAD_MAX_BYTES: the server did not announce a size")
+                                + ")")
+                except _Oversize:
+                    raise
                 except (http.client.HTTPException, OSError) as err:
                     if isinstance(err, OSError) and err.errno in DISK_ERRNOS:
                         raise
                     # what arrived stays in the .part file; the next run asks for the rest
                     out.flush()
-                    raise DownloadCheckFailed(f"{url}: the connection broke after {out.tell():,} of {total or '?'} bytes "
-                                              f"({type(err).__name__}): run the command again, it resumes") from None
+                    if deadline.expired:
+                        raise DownloadCheckFailed(slow) from None
+                    raise DownloadCheckFailed(f"{url}: the connection broke after {out.tell():,} of {total or '?'} "
+                                              f"bytes ({type(err).__name__}): run the command again, it resumes"
+                                              ) from None
+            if deadline.expired:
+                raise DownloadCheckFailed(slow)
+            return etag, total
+    finally:
+        deadline.close()
+
+
+def _check_content(name: str, path: Path) -> str | None:
+    """Why the file cannot be what its name says (a SentencePiece model, a fairseq dictionary), or None."""
+    if name.endswith(".spm"):
+        # lazy: sentencepiece only for a downloaded .spm
+        import sentencepiece
+
+        try:
+            sentencepiece.SentencePieceProcessor().LoadFromSerializedProto(path.read_bytes())
+        except (RuntimeError, OSError) as err:
+            return f"it is not a SentencePiece model ({str(err).splitlines()[0][:200]})"
+    elif name.endswith(".cvocab"):
+        try:
+            text = path.read_text(encoding="utf-8")
+            if not text.endswith("\n"):
+                return "it is not a whole fairseq dictionary (its last line is cut)"
+            for fields in read_fields(path, 2, "piece count"):
+                int(fields[1])
+        except (ValueError, UnicodeDecodeError) as err:
+            return f"it is not a fairseq dictionary ('piece count' lines: {str(err)[:200]})"
+    return None
+
+
+def download_file(name: str, originals: Path) -> Path:
+    """`originals/name`, downloaded from [`base_url`] unless it is there with its recorded sha256 (see the module
+    docstring for the checks and the limits). Raises [`ModelsNotAvailable`] when the server cannot be reached or
+    answers with an error, [`DownloadCheckFailed`] when the file is not what was announced, too large or too slow
+    (a file that fails a check is moved to `originals/rejected/`: the next run fetches it again)."""
+    originals.mkdir(parents=True, exist_ok=True)
+    target, part, sums_file = originals / name, originals / f"{name}.part", originals / "SHA256SUMS"
+    sums = _read_sums(sums_file)
+    if target.is_file():
+        if name in sums and _sha256(target) != sums[name]:
+            aside = _move_aside(target, originals, name)
+            raise DownloadCheckFailed(f"{target} has changed since it was downloaded (its sha256 is not the one "
+                                      f"recorded in {sums_file}): moved to {aside}; run the command again, it is "
+                                      "fetched again")
+        if name not in sums:  # placed by hand (offline): recorded as it is
+            _record(sums_file, name, _sha256(target))
+        return target
+    url = f"{base_url()}/{name}"
+
+    def refuse(why: str) -> DownloadCheckFailed:
+        aside = _move_aside(part, originals, name)
+        return DownloadCheckFailed(f"{url}: {why}; moved to {aside}: run the command again, it is fetched again")
+
+    try:
+        try:
+            etag, total = _transfer(url, part, part.stat().st_size if part.is_file() else 0, name)
+        except _Restart as restart:  # the part file cannot be continued: set aside, the file fetched whole
+            if part.is_file():
+                _move_aside(part, originals, name)
+            try:
+                etag, total = _transfer(url, part, 0, name)
+            except _Restart:  # not asked for a range: cannot happen
+                raise DownloadCheckFailed(f"{url}: {restart}") from None
+    except _Oversize as err:
+        raise refuse(str(err)) from None
     size = part.stat().st_size
     if total is not None and size != total:
         raise DownloadCheckFailed(f"{url}: got {size:,} bytes, the server announced {total:,} (the connection "
@@ -167,16 +367,20 @@ def download_file(name: str, originals: Path) -> Path:
             while chunk := f.read(CHUNK):
                 md5.update(chunk)
         if md5.hexdigest() != etag:
-            part.unlink()
-            raise DownloadCheckFailed(f"{url}: the downloaded file's MD5 is not the server's ETag {etag}: it was "
-                                      "damaged in transfer; run the command again")
+            raise refuse(f"the downloaded file's MD5 is not the server's ETag {etag}: it was damaged in transfer")
+    why = _check_content(name, part)
+    if why is not None:
+        raise refuse(f"the downloaded file ({size:,} bytes) is refused: {why}")
     os.replace(part, target)
     _record(sums_file, name, _sha256(target))
     return target
 
 
 def _record(sums_file: Path, name: str, digest: str) -> None:
-    sums = {**_read_sums(sums_file), name: digest}
+    _write_sums(sums_file, {**_read_sums(sums_file), name: digest})
+
+
+def _write_sums(sums_file: Path, sums: dict[str, str]) -> None:
     tmp = sums_file.with_suffix(".tmp")
     tmp.write_text("".join(f"{d}  {n}\n" for n, d in sorted(sums.items())), encoding="utf-8")
     os.replace(tmp, sums_file)
@@ -191,10 +395,12 @@ def _missing_message(missing: list[str], originals: Path, reason: str) -> str:
 def fetch_models(names: list[str], *, say=print) -> Path:
     """Downloads (where needed) and converts `names` (`"laser2"`, LASER3 FLORES codes) into the cache, updates the
     cache's model set, and returns the cache directory (a model set: `LaserEncoder.from_pretrained(it)`)."""
-    # lazy: checkpoints.convert imports numpy, torch, transformers
     # lazy: model_set imports numpy
     from ..model_set import read_model_set, write_model_set
-    from .convert import convert
+    # lazy: checkpoints.convert imports numpy, torch, transformers
+    from .convert import NotALaserCheckpoint, TokenizerMismatch, convert
+    # lazy: fairseq_checkpoint imports torch
+    from .fairseq_checkpoint import NotALaser3Checkpoint
 
     root = cache_dir()
     originals = root / "originals"
@@ -214,8 +420,18 @@ def fetch_models(names: list[str], *, say=print) -> Path:
         if (out / "config.json").is_file():
             continue
         say(f"converting {checkpoint} -> {out}")
-        convert(originals / checkpoint, out, spm_model=originals / spm, spm_vocab=originals / cvocab, overwrite=True,
-                language=None if name == "laser2" else name)
+        try:
+            convert(originals / checkpoint, out, spm_model=originals / spm, spm_vocab=originals / cvocab,
+                    overwrite=True, language=None if name == "laser2" else name)
+        except (NotALaserCheckpoint, NotALaser3Checkpoint, TokenizerMismatch) as err:
+            # the files passed every check a file can be given alone; together they are refused. Kept, they would
+            # be refused again on every run without a request: set aside, the next run fetches them again
+            files = [f for f in (checkpoint, spm, cvocab) if (originals / f).is_file()]
+            for f in files:
+                _move_aside(originals / f, originals, f)
+            raise DownloadCheckFailed(
+                f"{name}: the conversion refuses the downloaded files ({str(err)[:500]}); {', '.join(files)} moved "
+                f"to {originals / 'rejected'}: run the command again, they are fetched again") from None
     default, students = (read_model_set(root) if (root / "laser_model_set.json").is_file() else (None, {}))
     laser2 = root / "converted" / "laser2"
     default = laser2 if (laser2 / "config.json").is_file() else default

@@ -72,11 +72,24 @@ def score_candidates(
     return scores
 
 
+def best_of(scores: np.ndarray, inds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's best candidate: the highest score, then the lowest candidate row (`inds`) among equal scores, so
+    that ties (duplicate lines) are broken by line number whatever the order of the candidates (#68). A row
+    without a usable candidate (`-inf`) gives its first candidate (possibly `-1`). `(best [n] int64, score [n])`."""
+    inds = np.asarray(inds)
+    rows = np.arange(len(scores))
+    arg = scores.argmax(axis=1)
+    top = scores[rows, arg]
+    tied = (scores == top[:, None]) & (inds >= 0)
+    lowest = np.where(tied, inds, np.iinfo(np.int64).max).min(axis=1)
+    return np.where(np.isfinite(top), lowest, inds[rows, arg]).astype(np.int64), top
+
+
 def best_candidates(sims: np.ndarray, inds: np.ndarray, query_mean: np.ndarray, database_mean: np.ndarray,
                     margin: str = "ratio", *, out: tuple[np.ndarray, np.ndarray] | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Each query's best candidate by margin score ([`score_candidates`]; the first of equal scores), computed
-    block by block without the ``[n, k]`` scores.
+    """Each query's best candidate by margin score ([`score_candidates`]; of equal scores, the lowest candidate
+    row: [`best_of`]), computed block by block without the ``[n, k]`` scores.
 
     Args:
         sims, inds, query_mean, database_mean, margin: as for [`score_candidates`].
@@ -92,8 +105,5 @@ def best_candidates(sims: np.ndarray, inds: np.ndarray, query_mean: np.ndarray, 
         b = min(n, a + BLOCK_ROWS)
         block_inds = np.asarray(inds[a:b])
         scores = score_candidates(sims[a:b], block_inds, query_mean[a:b], database_mean, margin)
-        arg = scores.argmax(axis=1)
-        rows = np.arange(b - a)
-        best[a:b] = block_inds[rows, arg]
-        score[a:b] = scores[rows, arg]
+        best[a:b], score[a:b] = best_of(scores, block_inds)
     return best, score

@@ -14,7 +14,7 @@ from ..outputs import output_lock
 from .dedup import deduplicate
 from .embeddings import as_embeddings
 from .margin import best_candidates, margin_function, neighbourhood_mean
-from .search import knn_search
+from .search import canonical_neighbours, knn_search
 from .selection import _norm_mode, select_best
 
 
@@ -112,6 +112,10 @@ def mine(
         x2y_sim, x2y_ind = arrays.kept(knn(x, y, k, desc="kNN src->tgt", **kw, **out), out)
         out = arrays.knn_out("y2x")
         y2x_sim, y2x_ind = arrays.kept(knn(y, x, k, desc="kNN tgt->src", **kw, **out), out)
+        # the same neighbours, cosines and order whatever the shards, batches and searchers (#68: ties between
+        # duplicate lines): cosines from the vectors alone, twins by line number
+        canonical_neighbours(x, y, x2y_sim, x2y_ind, normalize=normalize)
+        canonical_neighbours(y, x, y2x_sim, y2x_ind, normalize=normalize)
         x2y_mean = neighbourhood_mean(x2y_sim, x2y_ind, out=arrays.vector("x2y_mean", len(x), np.float64))
         y2x_mean = neighbourhood_mean(y2x_sim, y2x_ind, out=arrays.vector("y2x_mean", len(y), np.float64))
         fwd = best_candidates(x2y_sim, x2y_ind, x2y_mean, y2x_mean, margin, out=arrays.best("fwd", len(x)))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .margin import best_of
+
 MODES = ("max", "forward", "backward", "intersection")
 
 
@@ -28,7 +30,7 @@ def select_pairs(
     """Candidate selection of LASER's ``mine_bitexts.py`` (``--mode mine``).
 
     Each source row ``i`` keeps its best candidate ``fwd_best[i]`` (highest margin score among its k neighbours,
-    first one on ties), each target row ``j`` its best ``bwd_best[j]``. Then:
+    the lowest row on ties: [`~margin.best_of`]), each target row ``j`` its best ``bwd_best[j]``. Then:
 
     * ``forward``: every source with its best target, scored ``max_j fwd_scores[i]``;
     * ``backward``: every target with its best source;
@@ -46,12 +48,10 @@ def select_pairs(
     Returns:
         ``(src [M] int64, tgt [M] int64, scores [M] float64)``.
     """
-    nx, ny = fwd_inds.shape[0], bwd_inds.shape[0]
-    fa = fwd_scores.argmax(axis=1)
-    ba = bwd_scores.argmax(axis=1)
-    return select_best(fwd_inds[np.arange(nx), fa].astype(np.int64), fwd_scores[np.arange(nx), fa].astype(np.float64),
-                       bwd_inds[np.arange(ny), ba].astype(np.int64), bwd_scores[np.arange(ny), ba].astype(np.float64),
-                       mode=mode, threshold=threshold)
+    fwd_best, fwd_max = best_of(np.asarray(fwd_scores), fwd_inds)
+    bwd_best, bwd_max = best_of(np.asarray(bwd_scores), bwd_inds)
+    return select_best(fwd_best, fwd_max.astype(np.float64), bwd_best, bwd_max.astype(np.float64), mode=mode,
+                       threshold=threshold)
 
 
 def select_best(fwd_best: np.ndarray, fwd_max: np.ndarray, bwd_best: np.ndarray, bwd_max: np.ndarray,

@@ -49,6 +49,16 @@ logger = logging.getLogger("hf_laser.serve")
 
 OPENAI_FIELDS = frozenset({"input", "model", "encoding_format", "dimensions", "user", "lang"})
 TOK_STAGE = "--"  # /vectorize lang of the original server: the text is already tokenized, BPE only
+QUOTE_CHARS = 40  # at most this much of a value the client sent is quoted back (a language code, a path, a name)
+MAX_MESSAGE_CHARS = 8_192  # an error message is cut there, whatever it quotes
+
+
+def quote(value) -> str:
+    """`repr` of a value the client sent, at most [`QUOTE_CHARS`] of it (a longer one: its start and its length)."""
+    text = str(value)
+    if len(text) <= QUOTE_CHARS:
+        return repr(text)
+    return f"{text[:QUOTE_CHARS]!r}... ({len(text):,} characters)"
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,8 @@ class ApiError(Exception):
 
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
                  headers: dict | None = None):
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = f"{message[:MAX_MESSAGE_CHARS]}... (cut)"
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
 
@@ -228,7 +240,7 @@ class EmbeddingService:
             if langs[i] not in KNOWN_CODES:
                 unknown.setdefault(code, i)
         for code, i in unknown.items():
-            warnings.append(f"unknown language code {code!r} ({param}" + (f"[{offset + i}]" if not isinstance(lang, str)
+            warnings.append(f"unknown language code {quote(code)} ({param}" + (f"[{offset + i}]" if not isinstance(lang, str)
                             else "") + "): preprocessed with the Moses defaults (English non-breaking prefixes, "
                             "generic rules), as LaserEncoder.encode does")
         return langs, warnings
@@ -470,7 +482,7 @@ class EmbeddingService:
     async def model(self, request: Request) -> Response:
         cards = {card["id"]: card for card in self.model_cards()}
         if request.path_params["model"] not in cards:
-            raise ApiError(404, f"model {request.path_params['model']!r} not found; this server has "
+            raise ApiError(404, f"model {quote(request.path_params['model'])} not found; this server has "
                                 f"{', '.join(map(repr, cards))}", param="model", code="model_not_found")
         return json_response(cards[request.path_params["model"]])
 
@@ -522,7 +534,7 @@ def parse_multipart(body: bytes, content_type: str) -> dict[str, str]:
         try:
             fields[name] = part.get_payload(decode=True).decode("utf-8")
         except UnicodeDecodeError:
-            raise ApiError(400, f"form field {name!r} is not valid UTF-8", param=name) from None
+            raise ApiError(400, f"form field {quote(name)} is not valid UTF-8", param=name[:QUOTE_CHARS]) from None
     return fields
 
 
@@ -544,6 +556,9 @@ def _language(code: str, param: str) -> str:
     try:
         return check_language(code)
     except ValueError as err:
+        if len(code) > QUOTE_CHARS:  # (check_language's message quotes the whole value)
+            raise ApiError(400, f"'{param}' is {quote(code)}: not a language code or name (give an ISO 639 code: "
+                                "en, fr, ...; a FLORES-200 code: eng_Latn; or an English name)", param=param) from None
         raise ApiError(400, f"'{param}': {err}", param=param) from None
 
 
@@ -585,7 +600,7 @@ def create_app(encoder, *, model_id: str | None = None, limits: Limits = Limits(
 
     def check_access(request: Request, open_route: bool) -> None:
         if not security.host_allowed(request.headers.get("host")):
-            raise ApiError(421, f"Host {request.headers.get('host')!r} is not one this server answers to "
+            raise ApiError(421, f"Host {quote(request.headers.get('host'))} is not one this server answers to "
                                 "(--allowed-hosts)", code="host_not_allowed")
         if security.api_key is None or open_route:
             return
@@ -612,7 +627,7 @@ def create_app(encoder, *, model_id: str | None = None, limits: Limits = Limits(
         return endpoint
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        return ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}",
+        return ApiError(exc.status_code, f"{exc.detail}: {request.method} {quote(request.url.path)}",
                         code="not_found" if exc.status_code == 404 else None).response()
 
     async def server_error(request: Request, exc: Exception) -> Response:

@@ -9,7 +9,10 @@ Connections are guarded where uvicorn has no setting ([`guarded_protocol`]): at 
 once (one more closes the connection that has waited longest for a request, or, when every one has a request, is
 answered 503 and closed at once: idle clients can neither use up the file descriptors nor keep others out), a
 request's head (request line and headers) must arrive within `header_timeout_s` of the connection or of its first
-byte (408, then closed), an idle keep-alive connection is closed after `keep_alive_s` (uvicorn's own), a request
+byte (408, then closed), a request answered before its body was read (413 over `--max-body-bytes`, 401, 408) ends
+its connection: the answer, then at most `--max-body-bytes` more of the body or [`LINGER_S`] seconds read and
+dropped (so that a client sending the whole body before reading gets the answer), then closed (uvicorn alone reads
+such a body to its end: 44 GB in 70 s from one client), an idle keep-alive connection is closed after `keep_alive_s` (uvicorn's own), a request
 still sending its body at shutdown is answered 503 at once, and a failing `accept()` (out of file descriptors all
 the same) is one log line per 10 s, not asyncio's traceback per attempt.
 """
@@ -33,6 +36,7 @@ from .batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
 logger = logging.getLogger("hf_laser.serve")
 
 LOG_EVERY_S = 10.0  # a repeated event (refused connections, accept() failures) is logged at most this often
+LINGER_S = 5.0  # after answering a request whose body was not read, how long the rest is read (and dropped)
 
 
 def _raw_error(status: str, message: str, code: str) -> bytes:
@@ -59,9 +63,11 @@ class _Throttled:
             self.count, self.last = 0, now
 
 
-def guarded_protocol(max_connections: int, header_timeout_s: float):
-    """uvicorn's h11 protocol class with a connection cap and a timeout for a request's head (see the module
-    docstring); the class goes to `uvicorn.Config(http=...)`."""
+def guarded_protocol(max_connections: int, header_timeout_s: float, *, linger_bytes: int = 16 * 1024 * 1024,
+                     linger_s: float = LINGER_S):
+    """uvicorn's h11 protocol class with a connection cap, a timeout for a request's head and a bound on what is
+    read of a body the app did not read (see the module docstring); the class goes to
+    `uvicorn.Config(http=...)`."""
     # lazy: the serve extra
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -76,10 +82,14 @@ def guarded_protocol(max_connections: int, header_timeout_s: float):
     log_evicted = _Throttled("closed an idle connection (no request for %.1f s) to make room: %d open "
                              "(--max-connections)")
     log_timed_out = _Throttled("closed a connection whose request headers did not come within %g s")
+    log_lingered = _Throttled("closed a connection still sending a body that was answered without being read "
+                              "(more than %d bytes or %g s after the answer)")
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
         _idle_since = 0.0  # (loop time) since when the connection waits for a request
+        _linger_left: int | None = None  # bytes of an unread body still dropped before the connection is closed
+        _linger_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -111,8 +121,31 @@ def guarded_protocol(max_connections: int, header_timeout_s: float):
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._idle_since = self.loop.time()
+            if not self.transport.is_closing() and self.conn.their_state is h11.SEND_BODY:
+                # answered (a 413, 401, 408, ...) while the client still sends a body the app did not read: uvicorn
+                # would read and drop the rest however long it is (44 GB in 70 s from one client). The answer is
+                # followed by the end of the connection (FIN), and what still comes is dropped for at most
+                # linger_bytes / linger_s, so that a client that sends its whole body before it reads (most do)
+                # gets the answer rather than a reset; then the connection is closed
+                self._unset_keepalive_if_required()
+                self._linger_left = linger_bytes
+                self._linger_timer = self.loop.call_later(linger_s, self._end_linger)
+                if self.transport.can_write_eof():
+                    self.transport.write_eof()
+
+        def _end_linger(self) -> None:
+            if self._linger_timer is not None:
+                self._linger_timer.cancel()
+                self._linger_timer = None
+            log_lingered(linger_bytes, linger_s)
+            self.transport.close()
 
         def data_received(self, data: bytes) -> None:
+            if self._linger_left is not None:  # the rest of a body the app did not read: discarded, up to a bound
+                self._linger_left -= len(data)
+                if self._linger_left < 0:
+                    self._end_linger()
+                return
             super().data_received(data)
             if self.transport.is_closing():
                 return
@@ -124,6 +157,9 @@ def guarded_protocol(max_connections: int, header_timeout_s: float):
                 self._head_timer = None
 
         def connection_lost(self, exc) -> None:
+            if self._linger_timer is not None:
+                self._linger_timer.cancel()
+                self._linger_timer = None
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
@@ -247,7 +283,8 @@ def serve(encoder, *, host: str = "127.0.0.1", port: int = 8080, sock: socket.so
                   file=sys.stderr, flush=True)
         # the h11 protocol in all cases (uvicorn would take httptools where installed): the guards are written for it
         config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
-                                http=guarded_protocol(connections, header_timeout_s),
+                                http=guarded_protocol(connections, header_timeout_s,
+                                                      linger_bytes=limits.max_body_bytes),
                                 timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=shutdown_grace_s)
         # the app's log lines (errors with their request id, refused connections) go where uvicorn's go
         uvicorn_log = logging.getLogger("uvicorn")
