@@ -264,7 +264,8 @@ def pushed(out: Path) -> Path:
 
 REMOTE_CODE = ["bilstm.py", "bpe.py", "configuration_laser.py", "integration_files.py", "langid.py", "modeling_laser.py",
                "nonbreaking_prefixes.py", "pipeline_laser.py", "plain_config.py", "plain_weights.py", "preprocessing.py",
-               "sentence_transformers_laser.py", "text_tokenizer.py", "tokenization_laser.py", "transformer.py"]
+               "sentence_transformers_inputs.py", "sentence_transformers_laser.py", "text_tokenizer.py", "tokenization_laser.py",
+               "transformer.py"]
 
 
 @pytest.mark.parametrize("writer", [saved_copy, training_export, pushed])

@@ -3,7 +3,8 @@
 Each page's blocks run in order in a scratch directory of their own holding what the pages say a user has: the
 repository's `examples/`, `src.de` / `tgt.en` / `de.txt` / `fr.txt` / `wo.txt` to embed and mine, `laser-93langs`
 (the reference checkpoint of `../shared/reference` converted, standing in for the original LASER1, which is not
-reachable here) and the release files under their names. Bash blocks run with bash (`set -e`) and this environment's
+reachable here) and the release files under their names (LASER's, and SONAR's: the SONAR fixtures' small encoder
+and stand-in SentencePiece model). Bash blocks run with bash (`set -e`) and this environment's
 `hf-laser` / `python`; `pip install` lines are left out (this test runs inside the environment). Python blocks run in
 a fresh interpreter. A block that needs what a test machine cannot have says so on the line before its fence:
 `<!-- example: skip (needs a GPU) -->`, and is skipped with that reason. Blocks that talk to
@@ -58,6 +59,11 @@ def common(tmp_path_factory) -> Path:
                          (LASER2 / "laser2-ref.spm", "laser2.spm"), (LASER2 / "laser2-ref.cvocab", "laser2.cvocab")):
         shutil.copyfile(source, work / name)
     convert(TINY_CHECKPOINT, work / "laser-93langs", bpe_codes=BPE_CODES, bpe_vocab=BPE_VOCAB)
+    # SONAR's release files, under their names: the small random encoder of the SONAR fixtures and its stand-in
+    # SentencePiece model (the real ones are not reachable here)
+    sonar = REPO / "tests" / "fixtures" / "sonar"
+    shutil.copyfile(sonar / "small.pt", work / "sonar_text_encoder.pt")
+    shutil.copyfile(sonar / "stand-in.spm.model", work / "sentencepiece.source.256000.model")
     return work
 
 

@@ -41,6 +41,9 @@ _LAZY_ATTRS = {
     "LaserClassificationHead": "modeling.modeling_laser",
     "LaserClassificationCollator": "modeling.modeling_laser",
     "LaserTokenizer": "text.tokenization_laser",
+    "SonarConfig": "modeling.configuration_sonar",
+    "SonarModel": "modeling.modeling_sonar",
+    "SonarTokenizer": "text.tokenization_sonar",
     "LaserEncoder": "encoder",
 }
 
@@ -54,6 +57,9 @@ __all__ = [
     "LaserClassificationCollator",
     "LaserTokenizer",
     "LaserEncoder",
+    "SonarConfig",
+    "SonarModel",
+    "SonarTokenizer",
     "DEFAULT_MODEL",
     "register_auto_classes",
     "__version__",
@@ -70,7 +76,10 @@ if TYPE_CHECKING:
         LaserModel,
         LaserPreTrainedModel,
     )
+    from .modeling.configuration_sonar import SonarConfig
+    from .modeling.modeling_sonar import SonarModel
     from .text.tokenization_laser import LaserTokenizer
+    from .text.tokenization_sonar import SonarTokenizer
 
 
 def __getattr__(name: str):
@@ -91,6 +100,7 @@ _CONFIG_AUTO = "transformers.models.auto.configuration_auto"
 _TOKENIZATION_AUTO = "transformers.models.auto.tokenization_auto"
 _PIPELINES = "transformers.pipelines"
 _MODELING = f"{__name__}.modeling.modeling_laser"
+_MODELING_SONAR = f"{__name__}.modeling.modeling_sonar"
 _CONFIGURATION = f"{__name__}.modeling.configuration_laser"
 
 _done: set[str] = set()
@@ -112,12 +122,12 @@ def _once(step: str, fn) -> None:
 
 
 class _ConfigTrigger(dict):
-    """`CONFIG_MAPPING._extra_content` while the models are not registered: looking up `laser` (what every
-    `Auto*.from_pretrained` of a LASER directory does first) registers them, then the plain dict is put back."""
+    """`CONFIG_MAPPING._extra_content` while the models are not registered: looking up `laser` or `sonar` (what
+    every `Auto*.from_pretrained` of such a directory does first) registers them, then the plain dict is put back."""
 
     def __getitem__(self, key):
         value = dict.__getitem__(self, key)
-        if key == "laser":
+        if key in ("laser", "sonar"):
             _register_models()
         return value
 
@@ -129,7 +139,11 @@ def _register_config() -> None:
     # lazy: modeling.configuration_laser imports this module
     from .modeling.configuration_laser import LaserConfig
 
+    # lazy: modeling.configuration_sonar imports this module
+    from .modeling.configuration_sonar import SonarConfig
+
     CONFIG_MAPPING.register("laser", LaserConfig, exist_ok=True)
+    CONFIG_MAPPING.register("sonar", SonarConfig, exist_ok=True)
     if "models" not in _done and type(CONFIG_MAPPING._extra_content) is dict:
         CONFIG_MAPPING._extra_content = _ConfigTrigger(CONFIG_MAPPING._extra_content)
 
@@ -148,11 +162,18 @@ def _register_tokenizer() -> None:
     # lazy: modeling.configuration_laser imports this module
     from .modeling.configuration_laser import LaserConfig
 
+    # lazy: modeling.configuration_sonar imports this module
+    from .modeling.configuration_sonar import SonarConfig
+
     # lazy: text.tokenization_laser imports this module
     from .text.tokenization_laser import LaserTokenizer
 
+    # lazy: text.tokenization_sonar imports this module
+    from .text.tokenization_sonar import SonarTokenizer
+
     _once("config", _register_config)
     AutoTokenizer.register(LaserConfig, tokenizer_class=LaserTokenizer, exist_ok=True)
+    AutoTokenizer.register(SonarConfig, tokenizer_class=SonarTokenizer, exist_ok=True)
 
 
 def _register_models_now() -> None:
@@ -167,11 +188,18 @@ def _register_models_now() -> None:
     # lazy: modeling.configuration_laser imports this module
     from .modeling.configuration_laser import LaserConfig
 
+    # lazy: modeling.configuration_sonar imports this module
+    from .modeling.configuration_sonar import SonarConfig
+
     # lazy: modeling.modeling_laser imports this module
     from .modeling.modeling_laser import LaserForPreTraining, LaserForSequenceClassification, LaserModel
 
+    # lazy: modeling.modeling_sonar imports this module
+    from .modeling.modeling_sonar import SonarModel
+
     _once("config", _register_config)
     AutoModel.register(LaserConfig, LaserModel, exist_ok=True)
+    AutoModel.register(SonarConfig, SonarModel, exist_ok=True)
     AutoModelForPreTraining.register(LaserConfig, LaserForPreTraining, exist_ok=True)
     AutoModelForSequenceClassification.register(LaserConfig, LaserForSequenceClassification, exist_ok=True)
     _once("tokenizer", _register_tokenizer)
@@ -201,6 +229,7 @@ _HOOKS = {
     _PIPELINES: lambda: _once("pipeline", _register_pipeline),
     _CONFIGURATION: lambda: _once("config class", _register_config_class),
     _MODELING: _register_models,
+    _MODELING_SONAR: _register_models,
 }
 
 

@@ -48,6 +48,7 @@ from .speed import ModelShape
 from .speed import resolve as choose_speed_mode
 from .speed.cpu import cpu_info, emulated_dtype_message, int8_without_kernels_message
 from .text.langid import CHECK_SAMPLE, warn_at_caller
+from .text.sonar_languages import SonarLineTokenizer, is_sonar_directory
 from .text.text_tokenizer import LaserInputError, LaserTextTokenizer, check_lang_argument, check_lines_argument
 from .text.text_tokenizer import read_lines as tokenizer_read_lines
 
@@ -223,6 +224,12 @@ class LaserEncoder:
                                                       engine=engine, **({"speed": speed} if speed is not None else {}),
                                                       **kwargs)
         path = resolved.location
+        sonar = is_sonar_directory(path) or (resolved.kind == "hub" and _hub_model_type(path, kwargs) == "sonar")
+        if sonar and engine == "numpy":
+            raise ValueError(f"engine='numpy' computes LASER's BiLSTMs; {path} is a SONAR text encoder (a "
+                             "transformer): use engine='torch'")
+        if sonar and engine == "auto":
+            engine = "torch"
         if speed is not None:
             choice = _resolve_speed(speed, path, device, kwargs)
             encoder = cls.from_pretrained(path, device=device, dtype=choice.dtype(), quantize=choice.quantize,
@@ -256,7 +263,7 @@ class LaserEncoder:
         # lazy: modeling.bilstm imports torch
         from .modeling.bilstm import LaserBiLSTM
 
-        model = LaserBiLSTM.from_directory(path) if torch_only and not kwargs else None
+        model = LaserBiLSTM.from_directory(path) if torch_only and not kwargs and not sonar else None
         if model is None:
             # lazy: transformers (the NumPy engine and the command line's start run without it)
             from transformers.utils import logging as hf_logging
@@ -268,7 +275,13 @@ class LaserEncoder:
             if quiet:  # the command lines' loading: no "Loading weights" bar for a local directory
                 hf_logging.disable_progress_bar()
             try:
-                model = LaserModel.from_pretrained(path, **kwargs)
+                if sonar:
+                    # lazy: modeling.modeling_sonar imports torch, transformers
+                    from .modeling.modeling_sonar import SonarModel
+
+                    model = SonarModel.from_pretrained(path, **kwargs)
+                else:
+                    model = LaserModel.from_pretrained(path, **kwargs)
             finally:
                 if quiet:
                     hf_logging.enable_progress_bar()
@@ -299,7 +312,12 @@ class LaserEncoder:
             model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM, torch.nn.Linear}, dtype=torch.qint8)
         if device is not None:
             model = model.to(device)
-        tokenizer, vocab = load_tokenizer(path, plain=torch_only and not kwargs)
+        if sonar:
+            tokenizer = SonarLineTokenizer.from_pretrained(path, **{k: v for k, v in kwargs.items()
+                                                                    if k in ("revision", "cache_dir", "token")})
+            vocab = tokenizer.get_vocab()
+        else:
+            tokenizer, vocab = load_tokenizer(path, plain=torch_only and not kwargs)
         encoder = cls(model, tokenizer, vocab)
         encoder._model_sha256 = weights_sha256
         return encoder
@@ -373,6 +391,9 @@ class LaserEncoder:
         for i, s in enumerate(sentences):
             if not isinstance(s, str):
                 raise LaserInputError(f"sentence {i} is {type(s).__name__}, expected str")
+        if pretokenized and getattr(self.tokenizer, "mode", None) == "sonar":
+            raise LaserInputError("SONAR takes raw text (its ids begin with each sentence's language tag): "
+                                  "pretokenized input is for LASER models")
         if pretokenized:
             lang = check_lang_argument(lang, None if lang is None or isinstance(lang, str) else len(sentences))
             if self.vocab is None:
@@ -469,14 +490,22 @@ class LaserEncoder:
                                        checkpoint=checkpoint)
 
     def _sentence_limit(self, requested: int | None) -> tuple[int | None, bool]:
-        """`(limit, from the model)`: `requested`, or a LASER3 transformer's own limit where that is lower: its
-        `max_positions` (fairseq's `max_source_positions`, `<s>` included): learned positions end there, and the
-        original, which trained on sentences that short, would compute attention over all the tokens of a longer
-        one at once (a 100,000-token line: 160 GB of attention weights)."""
+        """`(limit, from the model)`: `requested`, or the model's own limit where that is lower: a LASER3
+        transformer, its `max_positions` (fairseq's `max_source_positions`, `<s>` included: learned positions end
+        there, and the original trained on sentences that short would compute attention over all the tokens of a
+        longer one at once: a 100,000-token line, 160 GB of attention weights), with a warning naming the lines
+        cut; SONAR, its 514 positions (its tokenizer cuts text there, as SONAR's pipeline does). With
+        `requested=None` (no limit asked for), a student with sinusoidal positions is not cut: those extend to any
+        length, as fairseq's do, so it computes what the original computes."""
         config = self.model.config
-        if getattr(config, "encoder_type", "bilstm") != "transformer":
+        if getattr(config, "model_type", None) == "sonar":
+            cap = config.max_position_embeddings
+        elif getattr(config, "encoder_type", "bilstm") != "transformer":
             return requested, False
-        cap = config.max_positions - int(bool(config.prepend_bos))
+        elif requested is None and getattr(config, "position_embedding_type", "learned") == "sinusoidal":
+            return None, False
+        else:
+            cap = config.max_positions - int(bool(config.prepend_bos))
         return (cap, True) if requested is None or requested > cap else (requested, False)
 
     def _no_grad(self):
@@ -690,6 +719,9 @@ class LaserEncoder:
             raise UsageError(f"output {output_path} is a directory; give a .npy file name")
         if output_path.exists() and output_path.samefile(input_path):
             raise UsageError(f"output {output_path} is the input file")
+        if pretokenized and getattr(self.tokenizer, "mode", None) == "sonar":
+            raise LaserInputError("SONAR takes raw text (its ids begin with each sentence's language tag): "
+                                  "pretokenized input is for LASER models")
         if not pretokenized and self.tokenizer is not None:
             if lang is None:
                 lang = self.tokenizer.resolve_lang(None, list(islice(read_lines(input_path), CHECK_SAMPLE)))
@@ -806,6 +838,25 @@ def _resolve_speed(speed: str, path, device, kwargs):
                                       cache_dir=kwargs.get("cache_dir"))
     config = json.loads(Path(config_file).read_text(encoding="utf-8"))
     return choose_speed_mode(speed, cpu_info(), ModelShape.from_config(config), device_type)
+
+
+def _hub_model_type(model_id, kwargs) -> str | None:
+    """The `model_type` of a Hub model's config.json, fetched as the loader would fetch it (once: it is cached).
+    A failure is the loader's failure, raised here (an OSError), not tried a second time."""
+    # lazy: the Hub client, needed for Hub calls only
+    from huggingface_hub import hf_hub_download
+
+    try:
+        config_file = hf_hub_download(str(model_id), "config.json", revision=kwargs.get("revision"),
+                                      cache_dir=kwargs.get("cache_dir"), token=kwargs.get("token"))
+    except OSError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the Hub client's other errors, as the loader's OSError
+        raise OSError(f"{model_id}: cannot fetch config.json ({one_line(err)})") from err
+    try:
+        return json.loads(Path(config_file).read_text(encoding="utf-8")).get("model_type")
+    except (ValueError, AttributeError):
+        return None
 
 
 def _why_not_numpy(path, device, dtype, quantize, kwargs) -> str | None:

@@ -55,6 +55,11 @@ ARCHITECTURE_AUTO_CLASS = {
     "LaserForPreTraining": "AutoModelForPreTraining",
 }
 TOKENIZER_AUTO_MAP = ["tokenization_laser.LaserTokenizer", None]  # (slow, fast), as transformers writes it
+# a SONAR text encoder directory (`modeling_sonar.py`, `tokenization_sonar.py`)
+SONAR_AUTO_MAP = {"AutoConfig": "configuration_sonar.SonarConfig", "AutoModel": "modeling_sonar.SonarModel"}
+SONAR_TOKENIZER_AUTO_MAP = ["tokenization_sonar.SonarTokenizer", None]
+SONAR_SENTENCE_TRANSFORMERS_FILE = "sentence_transformers_sonar.py"
+SONAR_SENTENCE_TRANSFORMERS_MODULE = "sentence_transformers_sonar.SonarSentenceTransformerModule"
 PIPELINE_FILE = "pipeline_laser.py"
 CUSTOM_PIPELINES = {
     "feature-extraction": {"impl": "pipeline_laser.LaserFeatureExtractionPipeline", "pt": ["AutoModel"], "tf": [],
@@ -168,17 +173,53 @@ def _auto_map_modules(auto_map: dict) -> set[str]:
     return {r.split("--")[-1].split(".")[0] for r in refs}
 
 
+def _tokenizer_class(directory: Path) -> str | None:
+    tokenizer_config = _read_json(directory / "tokenizer_config.json")
+    return tokenizer_config.get("tokenizer_class") if isinstance(tokenizer_config, dict) else None
+
+
+def _add_tokenizer_auto_map(directory: Path, entry: list) -> None:
+    tokenizer_config = _read_json(directory / "tokenizer_config.json")
+    if not (tokenizer_config.get("auto_map") or {}).get("AutoTokenizer"):
+        tokenizer_config["auto_map"] = dict(tokenizer_config.get("auto_map") or {}, AutoTokenizer=entry)
+        _write_json(directory / "tokenizer_config.json", tokenizer_config)
+
+
+def write_sonar_integration_files(directory: str | Path) -> None:
+    """[`write_integration_files`] for a SONAR text encoder directory: `auto_map` (AutoConfig, AutoModel,
+    AutoTokenizer), the code, and the sentence-transformers files once model and tokenizer are both there."""
+    directory = Path(directory)
+    tokenizer = _tokenizer_class(directory) == "SonarTokenizer" and write_code_files(["tokenization_sonar"], directory)
+    if tokenizer:
+        _add_tokenizer_auto_map(directory, SONAR_TOKENIZER_AUTO_MAP)
+    config = _read_json(directory / "config.json")
+    if not isinstance(config, dict) or config.get("model_type") != "sonar":
+        return
+    updated = dict(config, auto_map=dict(config.get("auto_map") or {}, **SONAR_AUTO_MAP))
+    write_code_files(["modeling_sonar"], directory)
+    if tokenizer:
+        updated["auto_map"]["AutoTokenizer"] = SONAR_TOKENIZER_AUTO_MAP
+    if updated != config:
+        _write_json(directory / "config.json", updated)
+    if tokenizer and write_code_files([Path(SONAR_SENTENCE_TRANSFORMERS_FILE).stem], directory):
+        modules = [dict(SENTENCE_TRANSFORMERS_MODULES[0], type=SONAR_SENTENCE_TRANSFORMERS_MODULE)]
+        (directory / "modules.json").write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
+        _write_json(directory / "config_sentence_transformers.json", SENTENCE_TRANSFORMERS_CONFIG)
+
+
 def write_integration_files(directory: str | Path) -> None:
     """Adds the integration entries and files (module docstring) to a saved LASER directory: the tokenizer's alone
-    where there is no LASER `config.json` (a tokenizer saved alone), nothing where there is neither."""
+    where there is no LASER `config.json` (a tokenizer saved alone), nothing where there is neither. A SONAR
+    directory gets its own ([`write_sonar_integration_files`])."""
     directory = Path(directory)
+    config = _read_json(directory / "config.json")
+    if (isinstance(config, dict) and config.get("model_type") == "sonar") or \
+            _tokenizer_class(directory) == "SonarTokenizer":
+        write_sonar_integration_files(directory)
+        return
     tokenizer = has_laser_tokenizer(directory) and write_code_files(["tokenization_laser"], directory)
     if tokenizer:
-        tokenizer_config = _read_json(directory / "tokenizer_config.json")
-        if not (tokenizer_config.get("auto_map") or {}).get("AutoTokenizer"):
-            tokenizer_config["auto_map"] = dict(tokenizer_config.get("auto_map") or {}, AutoTokenizer=TOKENIZER_AUTO_MAP)
-            _write_json(directory / "tokenizer_config.json", tokenizer_config)
-    config = _read_json(directory / "config.json")
+        _add_tokenizer_auto_map(directory, TOKENIZER_AUTO_MAP)
     if not isinstance(config, dict) or config.get("model_type") != "laser":
         return
     encoder = config.get("architectures") == ["LaserModel"]

@@ -1,5 +1,7 @@
 """`hf-laser convert` (also `python -m hf_laser.checkpoints.convert`): an original LASER checkpoint into a Hugging Face
-directory (`hf_laser.checkpoints.convert.convert`)."""
+directory (`hf_laser.checkpoints.convert.convert`), or SONAR's text encoder (`sonar_text_encoder.pt` with
+`--spm-model sentencepiece.source.256000.model`: `hf_laser.checkpoints.sonar.convert_sonar`), recognised by its
+contents."""
 
 from __future__ import annotations
 
@@ -11,17 +13,21 @@ from ..errors import exit_status
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="original LASER checkpoint (.pt)")
+    parser.add_argument("checkpoint", help="original LASER checkpoint (.pt), or SONAR's sonar_text_encoder.pt")
     parser.add_argument("out_dir", help="output directory")
     parser.add_argument("--bpe-codes", help="fastBPE codes (LASER1, e.g. 93langs.fcodes)")
     parser.add_argument("--bpe-vocab", help="fastBPE vocabulary (LASER1, e.g. 93langs.fvocab)")
-    parser.add_argument("--spm-model", help="SentencePiece model (LASER2, e.g. laser2.spm)")
+    parser.add_argument("--spm-model", help="SentencePiece model (LASER2, e.g. laser2.spm; SONAR: "
+                        "sentencepiece.source.256000.model)")
     parser.add_argument("--spm-vocab", help="SentencePiece .cvocab (LASER2, e.g. laser2.cvocab)")
     parser.add_argument("--no-tokenizer", action="store_true",
                         help="convert without subword files: a dictionary-only directory for pre-tokenized input")
     parser.add_argument("--language", default=None,
                         help="LASER3 student: its language (FLORES-200 code, e.g. wol_Latn), recorded for model sets "
                         "(default: read from a file name laser3-LANG.v1.pt)")
+    parser.add_argument("--attention-heads", type=int, default=None,
+                        help="SONAR: attention heads per layer (not stored in the weights; default: width / 64, 16 for "
+                        "SONAR)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     parser.add_argument("--no-model-card", action="store_true", help="do not write README.md")
 
@@ -37,7 +43,26 @@ def run(args: argparse.Namespace) -> int:
     # lazy: checkpoints.convert imports this module
     from ..checkpoints.convert import NotALaserCheckpoint, convert
 
+    # lazy: checkpoints.sonar imports torch, transformers
+    from ..checkpoints.sonar import convert_sonar, is_sonar_checkpoint
+
     try:
+        if is_sonar_checkpoint(args.checkpoint):
+            laser_only = [flag for flag, value in (("--bpe-codes", args.bpe_codes), ("--bpe-vocab", args.bpe_vocab),
+                                                   ("--spm-vocab", args.spm_vocab), ("--language", args.language),
+                                                   ("--no-tokenizer", args.no_tokenizer)) if value]
+            if laser_only or args.spm_model is None:
+                raise ValueError(f"{args.checkpoint} is a SONAR text encoder: it takes --spm-model "
+                                 "(sentencepiece.source.256000.model) and no "
+                                 + (", ".join(laser_only) if laser_only else "other subword files"))
+            out = convert_sonar(args.checkpoint, args.spm_model, args.out_dir,
+                                num_attention_heads=args.attention_heads, overwrite=bool(args.overwrite),
+                                model_card=not args.no_model_card)
+            print(f"wrote {out} (SONAR text encoder; its weights are CC BY-NC 4.0: non-commercial use only)",
+                  file=sys.stderr)
+            return 0
+        if args.attention_heads is not None:
+            raise ValueError("--attention-heads is for SONAR checkpoints (a LASER checkpoint's shapes give them)")
         out = convert(
             args.checkpoint,
             args.out_dir,

@@ -45,6 +45,7 @@ from ..encoder import LaserEncoder
 from ..models import resolve_model
 from ..text.langid import classify, sample, supported_codes
 from ..text.preprocessing import normalize_lang
+from ..text.sonar_languages import sonar_tag
 
 __all__ = ["LaserMTEBEncoder", "subset_languages", "identify_language", "texts_sha256"]
 
@@ -79,6 +80,17 @@ def subset_languages(task_metadata, hf_subset: str) -> list[str]:
     if not codes:
         raise ValueError(f"task {task_metadata.name!r} lists no language for subset {hf_subset!r}")
     return codes
+
+
+def sonar_task_language(task_metadata, hf_subset: str, code: str) -> str:
+    """The SONAR tag of the task language `code` names (its tokenizer code, from [`subset_languages`]): SONAR's
+    tag needs the script the task gives (`zho-Hant`), which the tokenizer code (`zh`) has lost."""
+    eval_langs = task_metadata.eval_langs
+    langs = eval_langs.get(hf_subset, [hf_subset]) if isinstance(eval_langs, dict) else eval_langs
+    for lang in langs:
+        if normalize_lang(lang) == code:
+            return sonar_tag(lang.replace("-", "_"))
+    return sonar_tag(code)
 
 
 def identify_language(texts: Sequence[str], candidates: Sequence[str]) -> str:
@@ -157,27 +169,33 @@ class LaserMTEBEncoder(AbsEncoder):
             languages=None,
             n_parameters=sum(p.numel() for p in encoder.model.parameters()),
             memory_usage_mb=None,
-            max_tokens=float("inf"),  # an LSTM: no position limit
+            # an LSTM: no position limit; SONAR: its 514 positions
+            max_tokens=float(getattr(config, "max_position_embeddings", float("inf"))
+                             if getattr(config, "model_type", None) == "sonar" else float("inf")),
             embed_dim=encoder.dim,
-            license=None,
+            license="cc-by-nc-4.0" if getattr(config, "model_type", None) == "sonar" else None,
             open_weights=True,
             public_training_code=None,
             public_training_data=None,
             framework=["PyTorch", "Transformers"],
-            reference="https://github.com/facebookresearch/LASER",
+            reference="https://github.com/facebookresearch/" + (
+                "SONAR" if getattr(config, "model_type", None) == "sonar" else "LASER"),
             similarity_fn_name=ScoringFunction.COSINE,
             use_instructions=False,
             training_datasets=None,
             citation=LASER_CITATION,
         )
-        logger.info(f"LaserMTEBEncoder: {self.mteb_model_meta.name} ({config.num_layers}x{config.hidden_size} "
-                    f"BiLSTM, {encoder.dim}-d)")
+        kind = (f"SONAR {config.encoder_layers}x{config.d_model}" if getattr(config, "model_type", None) == "sonar"
+                else f"{config.num_layers}x{config.hidden_size} {getattr(config, 'encoder_type', 'bilstm')}")
+        logger.info(f"LaserMTEBEncoder: {self.mteb_model_meta.name} ({kind}, {encoder.dim}-d)")
 
     def language(self, texts: Sequence[str], task_metadata, hf_subset: str) -> str:
         """The tokenizer language of one `encode` call (module docstring); recorded in `language_log`."""
         override = self.lang_overrides.get((task_metadata.name, hf_subset), self.lang_overrides.get(task_metadata.name))
         candidates = subset_languages(task_metadata, hf_subset)
         code = override if override is not None else identify_language(texts, candidates)
+        if override is None and getattr(self.model.config, "model_type", None) == "sonar":
+            code = sonar_task_language(task_metadata, hf_subset, code)
         self.language_log.append({"task": task_metadata.name, "subset": hf_subset, "n": len(texts),
                                   "candidates": candidates, "lang": code, "texts_sha256": texts_sha256(texts)})
         logger.info(f"{task_metadata.name} [{hf_subset}]: {len(texts)} sentences preprocessed as {code!r} "
@@ -201,5 +219,6 @@ def _check_laser_directory(path) -> None:
     from transformers import PretrainedConfig
 
     model_type = PretrainedConfig.get_config_dict(str(path))[0].get("model_type")
-    if model_type != "laser":
-        raise ValueError(f"{path} is not a LASER directory (config.json model_type {model_type!r}, expected 'laser')")
+    if model_type not in ("laser", "sonar"):
+        raise ValueError(f"{path} is not a LASER directory (config.json model_type {model_type!r}, expected 'laser' "
+                         "or 'sonar')")

@@ -26,38 +26,19 @@ LSTM kernel (oneDNN) fails outright on sequences of about 260k tokens at hidden 
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import sentence_transformers
-import torch
 from sentence_transformers.base.modules import InputModule
 from transformers import PretrainedConfig
 
 from ..modeling.modeling_laser import LaserModel
 from ..text.tokenization_laser import LaserTokenizer
+from .sentence_transformers_inputs import PER_SENTENCE, caller_stacklevel, split_items
 
 # = hf_laser.defaults.DEFAULT_MAX_SENTENCE_TOKENS (not imported: this file also runs as remote code without hf_laser)
 DEFAULT_MAX_SEQ_LENGTH = 100_000
-_PER_SENTENCE = ("one language per sentence goes with the sentence: encode([{'text': sentence, 'lang': code}, ...]) "
-                 "(sentence-transformers reorders and batches the inputs, so a list would not stay aligned)")
-# frames of these files are skipped when a warning is attributed to the caller's line
-_INTERNAL = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
-                  for path in (__file__, torch.__file__, sentence_transformers.__file__))
-
-
-def _caller_stacklevel() -> int:
-    """`stacklevel` for a warning issued by the caller of this function: the first frame outside LASER,
-    sentence-transformers and torch."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 class LaserSentenceTransformerModule(InputModule):
     """A LASER encoder and its tokenizer as one sentence-transformers input module.
 
@@ -91,22 +72,6 @@ class LaserSentenceTransformerModule(InputModule):
     def get_embedding_dimension(self) -> int:
         return self.model.config.embedding_dim
 
-    def _split_items(self, inputs: Sequence) -> tuple[list[str], list[str | None]]:
-        texts, langs = [], []
-        for i, item in enumerate(inputs):
-            if isinstance(item, str):
-                texts.append(item)
-                langs.append(None)
-            elif isinstance(item, dict) and "text" in item and set(item) <= {"text", "lang"}:
-                if not isinstance(item["text"], str):
-                    raise TypeError(f"input {i}: 'text' is {type(item['text']).__name__}, expected str")
-                texts.append(item["text"])
-                langs.append(item.get("lang"))
-            else:
-                raise TypeError(f"input {i} is {type(item).__name__} {item!r:.60}: LASER takes a sentence (str) or "
-                                "{'text': sentence, 'lang': code}")
-        return texts, langs
-
     def preprocess(self, inputs: Sequence, prompt: str | None = None, lang: str | None = None,
                    processing_kwargs: dict | None = None, **kwargs) -> dict[str, Any]:
         """LASER ids and attention mask of a batch. `kwargs` (e.g. `task` from `encode_query`) are not used: LASER
@@ -115,8 +80,8 @@ class LaserSentenceTransformerModule(InputModule):
             raise ValueError(f"processing_kwargs are not used by LASER (got {processing_kwargs!r:.80}); give the "
                              "language as lang=")
         if lang is not None and not isinstance(lang, str):
-            raise TypeError(f"lang must be one language code (or 'auto') for the call; {_PER_SENTENCE}")
-        texts, langs = self._split_items(inputs)
+            raise TypeError(f"lang must be one language code (or 'auto') for the call; {PER_SENTENCE}")
+        texts, langs = split_items(inputs, "LASER")
         if prompt:
             texts = [prompt + text for text in texts]
         langs = [lang if code is None else code for code in langs]
@@ -127,8 +92,8 @@ class LaserSentenceTransformerModule(InputModule):
                 warnings.warn(
                     f"no lang given to encode(): the sentences are preprocessed as {default!r} (the tokenizer's "
                     f"default language); LASER's preprocessing depends on the language: pass lang='xx' (one code "
-                    f"for the call, or lang='auto' to detect it per sentence), or {_PER_SENTENCE}",
-                    UserWarning, stacklevel=_caller_stacklevel())
+                    f"for the call, or lang='auto' to detect it per sentence), or {PER_SENTENCE}",
+                    UserWarning, stacklevel=caller_stacklevel())
             langs = [default if code is None else code for code in langs]
         lang_arg = langs[0] if len(set(langs)) == 1 else langs
         ids = self.tokenizer(texts, lang=lang_arg)["input_ids"]
@@ -143,7 +108,7 @@ class LaserSentenceTransformerModule(InputModule):
                 warnings.warn(f"{len(cut)} sentence{'s' if len(cut) > 1 else ''} longer than max_seq_length={limit:,} "
                               f"embedded as first {limit - 1:,} tokens + </s>: {shown}{' ...' if len(cut) > 5 else ''} "
                               "(to embed them whole, raise model.max_seq_length or set it to None)",
-                              UserWarning, stacklevel=_caller_stacklevel())
+                              UserWarning, stacklevel=caller_stacklevel())
         batch = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
         return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
 

@@ -26,6 +26,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule
 
 from ..model_set import RoutedLaserEncoder, read_model_set, write_model_set
+from .sentence_transformers_inputs import split_items
 from .sentence_transformers_laser import LaserSentenceTransformerModule
 
 
@@ -52,7 +53,7 @@ class LaserSetSentenceTransformerModule(InputModule):
 
     def preprocess(self, inputs: Sequence, prompt: str | None = None, lang: str | None = None,
                    processing_kwargs: dict | None = None, **kwargs) -> dict[str, Any]:
-        texts, langs = next(iter(self.members.values()))._split_items(inputs)
+        texts, langs = split_items(inputs, "LASER")
         if lang is not None and not isinstance(lang, str):
             raise TypeError("lang must be one language code for the call; one per sentence goes with the sentence: "
                             "encode([{'text': sentence, 'lang': code}, ...])")

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from ..defaults import MODEL_SET_FILE
-from ..errors import UsageError
+from ..errors import UsageError, one_line
 
 DEFAULT_MODEL_NAME = "laser-mini"
 DEFAULT_MODEL = str(Path(__file__).resolve().parent / DEFAULT_MODEL_NAME)
@@ -168,10 +168,10 @@ def check_model_dir(model: str | os.PathLike) -> None:
                          "(make one from an original checkpoint with hf-laser convert)")
     try:
         model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
-    except (ValueError, AttributeError, OSError) as err:
-        raise UsageError(f"{config} is not a valid config file ({type(err).__name__}: {err})") from None
-    if model_type != "laser":
+    except (ValueError, AttributeError, OSError, RecursionError) as err:  # (a nesting bomb: RecursionError)
+        raise UsageError(f"{config} is not a valid config file ({type(err).__name__}: {one_line(err)})") from None
+    if model_type not in ("laser", "sonar"):
         raise UsageError(f"{s} is not a LASER model directory: config.json has model_type {model_type!r}, "
-                         "expected 'laser'")
+                         "expected 'laser' (or 'sonar': a SONAR text encoder)")
     if not any((path / name).is_file() for name in _WEIGHT_FILES):
         raise UsageError(f"{s} has no weights (model.safetensors)")

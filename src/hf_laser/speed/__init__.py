@@ -55,17 +55,21 @@ class SpeedChoice:
 class ModelShape:
     """What the choice depends on in a model: its encoder type and depth."""
 
-    encoder_type: str  # "bilstm" or "transformer"
+    encoder_type: str  # "bilstm", "transformer" (a LASER3 student) or "sonar"
     num_layers: int
 
     @classmethod
     def from_config(cls, config: dict) -> ModelShape:
+        if config.get("model_type") == "sonar":
+            return cls(encoder_type="sonar", num_layers=int(config.get("encoder_layers", 24)))
         return cls(encoder_type=config.get("encoder_type", "bilstm"), num_layers=int(config.get("num_layers", 1)))
 
 
 def choose(cpu: CpuInfo, shape: ModelShape, device_type: str = "cpu") -> SpeedChoice:
     """`speed="auto"`: the mode measured fastest on a processor like `cpu` for a model of this `shape`, among those
     within the fidelity bounds (module docstring; the measurements: docs/speed.md, "Which mode is fast where")."""
+    if shape.encoder_type == "sonar":
+        return SpeedChoice("fp32", "torch", "SONAR: float32, the only mode whose fidelity is measured for SONAR")
     if device_type != "cpu":
         return SpeedChoice("fp32", "torch", f"on {device_type}, float32: bf16 / fp16 were no faster for the encoder "
                                             "on the GPU measured (an H200)")
