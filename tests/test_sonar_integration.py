@@ -198,3 +198,22 @@ def test_a_sonar_directory_without_hf_laser(sonar_dir, encoder, tmp_path):
     assert got["model"] == "SonarModel"
     assert np.abs(np.array(got["auto"]) - want).max() <= TOLERANCE
     assert np.abs(np.array(got["st"]) - want).max() <= TOLERANCE
+
+
+def test_the_laser_sentence_embedding_pipeline(sonar_dir, encoder):
+    from hf_laser.integrations.pipelines import laser_pipeline
+
+    lines = ["Bonjour le monde.", "Hello."]
+    out = laser_pipeline(sonar_dir)(lines, lang=["fr", "English"])
+    assert np.abs(np.array(out) - encoder.encode(lines, lang=["fra_Latn", "eng_Latn"])).max() <= TOLERANCE
+
+
+def test_mine_with_sonar(sonar_dir, tmp_path):
+    pytest.importorskip("faiss")
+    src, tgt = tmp_path / "src.fr", tmp_path / "tgt.en"
+    src.write_text("Bonjour le monde.\nIl pleut.\nLe chat dort.\n", encoding="utf-8")
+    tgt.write_text("Hello world.\nIt is raining.\nThe cat sleeps.\n", encoding="utf-8")
+    assert cli(["mine", "--model", str(sonar_dir), "--src-lang", "fr", "--tgt-lang", "en", str(src), str(tgt), "-o",
+                str(tmp_path / "pairs.tsv"), "--threshold", "0", "--k", "2"]) == 0
+    rows = (tmp_path / "pairs.tsv").read_text(encoding="utf-8").strip().split("\n")
+    assert rows and all(len(row.split("\t")) == 3 for row in rows)

@@ -29,8 +29,11 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from ..model_set import RoutedLaserEncoder
 from ..modeling.modeling_laser import LaserModel
+from ..modeling.modeling_sonar import SonarModel
 from ..models import DEFAULT_MODEL, resolve
+from ..text.sonar_languages import SonarLineTokenizer, is_sonar_directory
 from ..text.text_tokenizer import LaserInputError, check_lang_argument, check_texts
+from ..text.tokenization_sonar import SonarTokenizer
 
 TASK = "laser-sentence-embedding"
 
@@ -86,6 +89,12 @@ class LaserSentenceEmbeddingPipeline(Pipeline):
             inputs, lang = inputs["text"], inputs["lang"]
         if not isinstance(inputs, str):
             raise TypeError(f"expected a sentence (str), got {type(inputs).__name__}")
+        if getattr(self.model.config, "model_type", None) == "sonar":
+            # SONAR: its ids begin with the language's tag; names, ISO codes and "auto" as everywhere in hf_laser
+            if getattr(self, "_sonar_lines", None) is None:
+                self._sonar_lines = SonarLineTokenizer(self.tokenizer._core)
+            ids = torch.tensor([self._sonar_lines.encode_lines([inputs], lang=lang)[0]])
+            return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         kwargs = {"lang": lang} if lang is not None else {}
         return self.tokenizer(inputs, return_tensors="pt", **kwargs)
 
@@ -134,6 +143,9 @@ def laser_pipeline(model=None, **kwargs):
     resolved = resolve(model, who="laser_pipeline")
     if resolved.is_set:
         return RoutedLaserPipeline(resolved.location, **kwargs)
+    if is_sonar_directory(resolved.location):  # the task's model class is LaserModel: SONAR's are given
+        return pipeline(TASK, model=SonarModel.from_pretrained(resolved.location),
+                        tokenizer=SonarTokenizer.from_pretrained(resolved.location), **kwargs)
     return pipeline(TASK, model=str(resolved.location), **kwargs)
 
 
