@@ -82,6 +82,11 @@ def test_download_converts_into_a_model_set(server, tmp_path, capsys):
         "laser3-amh_Ethi.v1.spm", "laser3-amh_Ethi.v1.cvocab"])
     routed = LaserEncoder.from_pretrained(tmp_path / "cache")
     assert isinstance(routed, RoutedLaserEncoder)
+    # LASER2 in the set follows laser_encoders: English punctuation rules whatever the sentence's language
+    laser2 = LaserEncoder.from_pretrained(tmp_path / "cache" / "converted" / "laser2")
+    assert laser2.tokenizer.laser2_punct_lang == "en"
+    quote = ['"Что это там за люди?" - "Это зеркало".']
+    np.testing.assert_array_equal(routed.encode(quote, lang="ru"), laser2.encode(quote, lang="en"))
     assert routed.route("wolof") == "wol_Latn" and routed.route("amharic") == "amh_Ethi"
     assert routed.route("fr") == "default"
     student = LaserEncoder.from_pretrained(tmp_path / "cache" / "converted" / "laser3-wol_Latn")

@@ -398,6 +398,7 @@ def convert(
     no_tokenizer: bool = False,
     overwrite: bool = False,
     language: str | None = None,
+    laser2_punct_lang: str | None = None,
 ) -> Path:
     """Converts an original LASER checkpoint into a Hugging Face directory.
 
@@ -416,6 +417,10 @@ def convert(
         overwrite: replace a non-empty `out_dir`.
         language: the FLORES-200 code of a LASER3 student's language, recorded as `language` in `config.json` (a
             model set routes that language to it); default: read from a file name `laser3-LANG.v1.pt`.
+        laser2_punct_lang: a SentencePiece model's punctuation rules for every sentence (see
+            [`~text_tokenizer.LaserTextPipeline`]): `"en"` is laser_encoders' (LASER3 students always get it; the
+            model set `hf-laser download` makes gives it to LASER2 too); None, each sentence's language (LASER's
+            own `embed.sh`).
 
     Returns:
         The output directory, loadable with `AutoModel.from_pretrained` and `AutoTokenizer.from_pretrained`.
@@ -467,7 +472,7 @@ def convert(
                 spm_model=Path(spm_model) if spm_model else None,
                 spm_vocab=Path(spm_vocab) if spm_vocab else None,
                 # a LASER3 BiLSTM student runs under laser_encoders, whose tokenizer uses English punctuation rules
-                laser2_punct_lang="en" if spm and language is not None else None,
+                laser2_punct_lang=laser2_punct_lang or ("en" if spm and language is not None else None),
             )
         else:
             # No subword model given: the dictionary still lets `encode(..., pretokenized=True)` work.

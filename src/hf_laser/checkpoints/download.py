@@ -1,4 +1,5 @@
-"""The original LASER2 / LASER3 files fetched from where Meta publishes them, checked, and converted once into a cache.
+"""The original LASER2 / LASER3 files, and SONAR's text encoder, fetched from where Meta publishes them, checked, and
+converted once into a cache.
 
 `fetch_models(["laser2", "wol_Latn"])` (`hf-laser download laser2 laser3 wol_Latn`) downloads into
 `CACHE/originals/` the files laser_encoders downloads (`laser2.pt`, `laser2.spm`, `laser2.cvocab`;
@@ -27,8 +28,18 @@ bytes must have arrived (a slow transfer's part file stays: the next run resumes
 Offline (or when the server cannot be reached), [`ModelsNotAvailable`] says which files to fetch, from where, and
 into which directory to put them: the command then converts them without the network.
 
+SONAR ([`fetch_sonar`], `hf-laser download sonar`, `from_pretrained("sonar")`): the two files of SONAR's card
+`text_sonar_basic_encoder.yaml` ([`SONAR_FILES`]: `sonar_text_encoder.pt`, about 3.1 GB, and
+`sentencepiece.source.256000.model`), fetched the same way into `CACHE/originals/` with the same checks and limits
+(the SentencePiece model must load; the checkpoint must read as SONAR's before the conversion, and convert), then
+converted once into `CACHE/converted/sonar` (`hf_laser.checkpoints.sonar.convert_sonar`, with the card's
+architecture's 16 heads). Before anything is fetched, one line says that SONAR's weights are CC BY-NC 4.0
+(non-commercial use only); the converted directory's model card says it too. Once converted, the directory is used
+as it is: no request, no check of the originals (which may then be deleted).
+
 `CACHE` is `$HF_LASER_CACHE` or `~/.cache/hf_laser/laser`; the address is `$HF_LASER_DOWNLOAD_URL` or
-`https://dl.fbaipublicfiles.com/nllb/laser` (laser_encoders' `LaserModelDownloader`).
+`https://dl.fbaipublicfiles.com/nllb/laser` (laser_encoders' `LaserModelDownloader`), and for SONAR
+`$HF_LASER_SONAR_DOWNLOAD_URL` or `https://dl.fbaipublicfiles.com/SONAR` (the card's addresses).
 """
 
 from __future__ import annotations
@@ -45,15 +56,25 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ..errors import DISK_ERRNOS
+from ..errors import DISK_ERRNOS, UsageError
 from ..text.bpe import read_fields
 from ..text.languages import flores_codes, laser_languages
 
 BASE_URL = "https://dl.fbaipublicfiles.com/nllb/laser"
 CHUNK = 1 << 20
 TIMEOUT_S = 60  # seconds of grace: to connect, for the headers, and before the minimum rate applies
-MAX_BYTES = 4 << 30  # a file whose size the server does not announce (LASER's largest are under 1 GB)
-MIN_RATE = 32 << 10  # bytes a second on average, after the grace (a 1 GB file: at most 9 hours)
+# the largest file: SONAR's text encoder, 766,091,264 float32 parameters (24 x 1,024, ffn 8,192, 256,206 ids), about
+# 3.07 GB (LASER's largest are under 1 GB); also the cap where the server announces no size
+MAX_BYTES = 4 << 30
+MIN_RATE = 32 << 10  # bytes a second on average, after the grace (a 1 GB file: at most 9 hours; SONAR's: 27)
+
+SONAR_URL = "https://dl.fbaipublicfiles.com/SONAR"  # facebookresearch/SONAR: sonar/cards/text_sonar_basic_encoder.yaml
+SONAR_CHECKPOINT = "sonar_text_encoder.pt"
+SONAR_SPM = "sentencepiece.source.256000.model"
+SONAR_FILES = [SONAR_CHECKPOINT, SONAR_SPM]
+SONAR_HEADS = 16  # the card's model_arch "basic" (sonar.models.sonar_text.config): not in the weights
+SONAR_LICENCE = ("SONAR's weights are published by Meta under CC BY-NC 4.0: non-commercial use only "
+                 "(https://creativecommons.org/licenses/by-nc/4.0/)")
 
 
 class ModelsNotAvailable(OSError):
@@ -68,6 +89,10 @@ def cache_dir() -> Path:
 
 def base_url() -> str:
     return (os.environ.get("HF_LASER_DOWNLOAD_URL") or BASE_URL).rstrip("/")
+
+
+def sonar_base_url() -> str:
+    return (os.environ.get("HF_LASER_SONAR_DOWNLOAD_URL") or SONAR_URL).rstrip("/")
 
 
 def model_files(name: str) -> list[str]:
@@ -265,8 +290,8 @@ def _transfer(url: str, part: Path, have: int, name: str) -> tuple[str, int | No
                 raise ModelsNotAvailable(f"{url}: the server answered {response.status} to "
                                          f"{'a resume' if have else 'a download'}")
             if total is not None and total > max_bytes:
-                raise DownloadCheckFailed(f"{url}: the server announces {total:,} bytes, more than any LASER file "
-                                          f"({max_bytes:,}, $HF_LASER_DOWNLOAD_MAX_BYTES): refused")
+                raise DownloadCheckFailed(f"{url}: the server announces {total:,} bytes, more than any file "
+                                          f"hf-laser downloads ({max_bytes:,}, $HF_LASER_DOWNLOAD_MAX_BYTES): refused")
             cap = total if total is not None else max_bytes
             etag = (response.headers.get("ETag") or "").strip('"')
             with open(part, mode) as out, _progress(total, name, have) as bar:
@@ -302,7 +327,7 @@ def _transfer(url: str, part: Path, have: int, name: str) -> tuple[str, int | No
 
 def _check_content(name: str, path: Path) -> str | None:
     """Why the file cannot be what its name says (a SentencePiece model, a fairseq dictionary), or None."""
-    if name.endswith(".spm"):
+    if name.endswith((".spm", ".model")):
         # lazy: sentencepiece only for a downloaded .spm
         import sentencepiece
 
@@ -322,11 +347,11 @@ def _check_content(name: str, path: Path) -> str | None:
     return None
 
 
-def download_file(name: str, originals: Path) -> Path:
-    """`originals/name`, downloaded from [`base_url`] unless it is there with its recorded sha256 (see the module
-    docstring for the checks and the limits). Raises [`ModelsNotAvailable`] when the server cannot be reached or
-    answers with an error, [`DownloadCheckFailed`] when the file is not what was announced, too large or too slow
-    (a file that fails a check is moved to `originals/rejected/`: the next run fetches it again)."""
+def download_file(name: str, originals: Path, base: str | None = None) -> Path:
+    """`originals/name`, downloaded from `base` ([`base_url`] when None) unless it is there with its recorded sha256
+    (see the module docstring for the checks and the limits). Raises [`ModelsNotAvailable`] when the server cannot be
+    reached or answers with an error, [`DownloadCheckFailed`] when the file is not what was announced, too large or
+    too slow (a file that fails a check is moved to `originals/rejected/`: the next run fetches it again)."""
     originals.mkdir(parents=True, exist_ok=True)
     target, part, sums_file = originals / name, originals / f"{name}.part", originals / "SHA256SUMS"
     sums = _read_sums(sums_file)
@@ -339,7 +364,7 @@ def download_file(name: str, originals: Path) -> Path:
         if name not in sums:  # placed by hand (offline): recorded as it is
             _record(sums_file, name, _sha256(target))
         return target
-    url = f"{base_url()}/{name}"
+    url = f"{base or base_url()}/{name}"
 
     def refuse(why: str) -> DownloadCheckFailed:
         aside = _move_aside(part, originals, name)
@@ -386,8 +411,9 @@ def _write_sums(sums_file: Path, sums: dict[str, str]) -> None:
     os.replace(tmp, sums_file)
 
 
-def _missing_message(missing: list[str], originals: Path, reason: str) -> str:
-    return (f"the original LASER files cannot be downloaded ({reason}). Fetch them from {base_url()}/ "
+def _missing_message(missing: list[str], originals: Path, reason: str, *, what: str = "the original LASER files",
+                     base: str | None = None) -> str:
+    return (f"{what} cannot be downloaded ({reason}). Fetch them from {base or base_url()}/ "
             f"({', '.join(missing)}), put them in {originals} and run the same command again: it converts them "
             "without the network")
 
@@ -421,17 +447,11 @@ def fetch_models(names: list[str], *, say=print) -> Path:
             continue
         say(f"converting {checkpoint} -> {out}")
         try:
+            # laser_encoders' pipeline (which this set is) normalises punctuation with English rules for LASER2 too
             convert(originals / checkpoint, out, spm_model=originals / spm, spm_vocab=originals / cvocab,
-                    overwrite=True, language=None if name == "laser2" else name)
+                    overwrite=True, language=None if name == "laser2" else name, laser2_punct_lang="en")
         except (NotALaserCheckpoint, NotALaser3Checkpoint, TokenizerMismatch) as err:
-            # the files passed every check a file can be given alone; together they are refused. Kept, they would
-            # be refused again on every run without a request: set aside, the next run fetches them again
-            files = [f for f in (checkpoint, spm, cvocab) if (originals / f).is_file()]
-            for f in files:
-                _move_aside(originals / f, originals, f)
-            raise DownloadCheckFailed(
-                f"{name}: the conversion refuses the downloaded files ({str(err)[:500]}); {', '.join(files)} moved "
-                f"to {originals / 'rejected'}: run the command again, they are fetched again") from None
+            raise _reject(originals, [checkpoint, spm, cvocab], name, err) from None
     default, students = (read_model_set(root) if (root / "laser_model_set.json").is_file() else (None, {}))
     laser2 = root / "converted" / "laser2"
     default = laser2 if (laser2 / "config.json").is_file() else default
@@ -440,15 +460,76 @@ def fetch_models(names: list[str], *, say=print) -> Path:
     return root
 
 
-NAMED = re.compile(r"^(laser2|laser3-([a-z]{3}_[A-Z][a-z]{3}))$")
+def _reject(originals: Path, files: list[str], what: str, err: Exception) -> DownloadCheckFailed:
+    """The downloaded `files` passed every check a file can be given alone, and the conversion refuses them. Kept,
+    they would be refused again on every run without a request: set aside, the next run fetches them again."""
+    files = [f for f in files if (originals / f).is_file()]
+    for f in files:
+        _move_aside(originals / f, originals, f)
+    return DownloadCheckFailed(
+        f"{what}: the conversion refuses the downloaded files ({str(err)[:500]}); {', '.join(files)} moved "
+        f"to {originals / 'rejected'}: run the command again, they are fetched again")
+
+
+def sonar_dir() -> Path:
+    """Where SONAR's text encoder is converted: `CACHE/converted/sonar`."""
+    return cache_dir() / "converted" / "sonar"
+
+
+def fetch_sonar(*, say=print) -> Path:
+    """SONAR's text encoder, converted once into [`sonar_dir`] and returned; when it is not there, [`SONAR_LICENCE`]
+    is said first, then [`SONAR_FILES`] are downloaded from [`sonar_base_url`] (where needed) and converted with
+    the card's 16 heads. [`ModelsNotAvailable`] (what to fetch and where to put it) when they cannot be downloaded,
+    [`DownloadCheckFailed`] when a file is refused (moved to `originals/rejected/`: the next run fetches it again)."""
+    out = sonar_dir()
+    if (out / "config.json").is_file():
+        return out
+    say(SONAR_LICENCE)
+    originals = cache_dir() / "originals"
+    missing, reason = [], ""
+    for name in SONAR_FILES:
+        try:
+            download_file(name, originals, sonar_base_url())
+        except ModelsNotAvailable as err:
+            missing.append(name)
+            reason = str(err)
+    if missing:
+        raise ModelsNotAvailable(_missing_message(missing, originals, reason, what="SONAR's text encoder",
+                                                  base=sonar_base_url()))
+    # lazy: checkpoints.sonar imports torch, transformers
+    from .sonar import NotASonarCheckpoint, convert_sonar, load_sonar_state
+
+    checkpoint, spm = originals / SONAR_CHECKPOINT, originals / SONAR_SPM
+    try:  # read alone first (memory-mapped, cheap), so that a checkpoint at fault does not set the other file aside
+        load_sonar_state(checkpoint)
+    except NotASonarCheckpoint as err:
+        raise _reject(originals, [SONAR_CHECKPOINT], "sonar", err) from None
+    say(f"converting {SONAR_CHECKPOINT} -> {out}")
+    try:
+        convert_sonar(checkpoint, spm, out, num_attention_heads=SONAR_HEADS, overwrite=True)
+    except NotASonarCheckpoint as err:  # names, shapes, or a vocabulary the two files disagree on
+        raise _reject(originals, SONAR_FILES, "sonar", err) from None
+    except UsageError as err:  # the tokenizer refuses the SentencePiece model
+        raise _reject(originals, [SONAR_SPM], "sonar", err) from None
+    return out
+
+
+NAMED = re.compile(r"^(laser2|laser3-([a-z]{3}_[A-Z][a-z]{3})|sonar)$")
 
 
 def resolve_named_model(name: str, *, download: bool = True) -> Path | None:
-    """The converted directory of `"laser2"` or `"laser3-LANG"` (fetched and converted first when `download`), or
-    None when `name` is not such a name."""
+    """The converted directory of `"laser2"`, `"laser3-LANG"` or `"sonar"` (fetched and converted first when
+    `download`), or None when `name` is not such a name."""
     match = NAMED.match(str(name))
     if match is None:
         return None
+    if name == "sonar":
+        if not (sonar_dir() / "config.json").is_file():
+            if not download:
+                raise ModelsNotAvailable(_missing_message(SONAR_FILES, cache_dir() / "originals", "not downloaded",
+                                                          what="SONAR's text encoder", base=sonar_base_url()))
+            fetch_sonar(say=lambda m: print(f"hf_laser: {m}", file=sys.stderr))
+        return sonar_dir()
     key = match.group(2) or "laser2"
     out = cache_dir() / "converted" / ("laser2" if key == "laser2" else f"laser3-{key}")
     if not (out / "config.json").is_file():

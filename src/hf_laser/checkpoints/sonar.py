@@ -208,7 +208,8 @@ pipeline_tag: feature-extraction
 
 SONAR's text encoder (Duquenne, Schwenk and Sagot, *SONAR: Sentence-Level Multimodal and Language-Agnostic
 Representations*, 2023): NLLB-200's encoder, mean-pooled into one {config.d_model}-d vector per sentence, for 202
-languages. Converted from `{source}` by hf_laser (`hf-laser convert`), without fairseq2; its embeddings are the
+languages. Converted from `{source}` by hf_laser (`hf-laser convert` or `hf-laser download sonar`), without fairseq2;
+its embeddings are the
 original's (`sonar.inference_pipelines.text.TextToEmbeddingModelPipeline`) to float round-off (hf_laser's
 docs/sonar.md says how this is checked).
 

@@ -1,50 +1,71 @@
-"""`hf-laser download laser2 | laser3 LANG ...`: the original LASER2 / LASER3 files from Meta's addresses, checked,
-converted once into a model set in the cache (`hf_laser.checkpoints.download.fetch_models`)."""
+"""`hf-laser download laser2 | laser3 LANG ... | sonar`: the original LASER2 / LASER3 files from Meta's addresses,
+checked, converted once into a model set in the cache (`hf_laser.checkpoints.download.fetch_models`); SONAR's text
+encoder the same way into `CACHE/converted/sonar` (`fetch_sonar`, its CC BY-NC 4.0 licence said first)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..checkpoints.download import ModelsNotAvailable, fetch_models, student_code
+from ..checkpoints.download import ModelsNotAvailable, fetch_models, fetch_sonar, student_code
 from ..errors import UsageError
 
 WHO = "hf-laser download"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("models", nargs="+", metavar="laser2|laser3 LANG",
+    parser.add_argument("models", nargs="+", metavar="laser2|laser3 LANG|sonar",
                         help="laser2, and/or laser3 followed by the languages of the students to fetch (FLORES-200 "
-                        "codes such as wol_Latn, ISO 639 codes, or English names)")
+                        "codes such as wol_Latn, ISO 639 codes, or English names), and/or sonar (SONAR's text "
+                        "encoder: CC BY-NC 4.0, non-commercial use only)")
 
 
 def parse_models(tokens: list[str]) -> list[str]:
-    """`["laser2", "laser3", "wolof", "zul"]` -> `["laser2", "wol_Latn", "zul_Latn"]` (UsageError when wrong)."""
+    """`["laser2", "laser3", "wolof", "zul", "sonar"]` -> `["laser2", "wol_Latn", "zul_Latn", "sonar"]` (UsageError
+    when wrong)."""
 
-    names, in_laser3 = [], False
+    names, in_laser3, languages = [], False, 0
+
+    def end_laser3() -> None:
+        if in_laser3 and not languages:
+            raise UsageError("laser3 needs at least one language: laser3 wol_Latn")
+
     for token in tokens:
-        if token == "laser2":
-            names.append("laser2")
+        if token in ("laser2", "sonar"):
+            end_laser3()
+            names.append(token)
             in_laser3 = False
         elif token == "laser3":
-            in_laser3 = True
+            end_laser3()
+            in_laser3, languages = True, 0
         elif not in_laser3:
-            raise UsageError(f"{token!r}: give laser2, or laser3 followed by languages (laser3 wol_Latn zul_Latn)")
+            raise UsageError(f"{token!r}: give laser2, laser3 followed by languages (laser3 wol_Latn zul_Latn), "
+                             "or sonar")
         else:
             try:
                 names.append(student_code(token))
             except ValueError as err:
                 raise UsageError(str(err)) from None
-    if in_laser3 and not any(n != "laser2" for n in names):
-        raise UsageError("laser3 needs at least one language: laser3 wol_Latn")
+            languages += 1
+    end_laser3()
     return list(dict.fromkeys(names))
 
 
 def run(args: argparse.Namespace) -> int:
     names = parse_models(args.models)
+    laser = [n for n in names if n != "sonar"]
+
+    def say(message: str) -> None:
+        print(f"{WHO}: {message}", file=sys.stderr)
+
     try:
-        root = fetch_models(names, say=lambda m: print(f"{WHO}: {m}", file=sys.stderr))
+        root = fetch_models(laser, say=say) if laser else None
+        sonar = fetch_sonar(say=say) if "sonar" in names else None
     except ModelsNotAvailable as err:
         raise UsageError(str(err)) from None
-    print(f"{WHO}: ready: {root} (a model set: {', '.join(names)}); use it with --model {root}", file=sys.stderr)
+    if root is not None:
+        print(f"{WHO}: ready: {root} (a model set: {', '.join(laser)}); use it with --model {root}", file=sys.stderr)
+    if sonar is not None:
+        print(f"{WHO}: ready: {sonar} (SONAR's text encoder, CC BY-NC 4.0: non-commercial use only); use it with "
+              f"--model sonar (where no local directory is named sonar) or --model {sonar}", file=sys.stderr)
     return 0

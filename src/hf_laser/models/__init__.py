@@ -73,8 +73,8 @@ class ResolvedModel:
 def resolve(model, *, who: str = "hf_laser", download: bool = True) -> ResolvedModel:
     """What `model` names ([`ResolvedModel`]), in this order: None (the shipped default, said once per process on
     stderr), a list (members of one set), a shipped model's name where no local path has it, an existing local
-    path, `laser2` / `laser3-LANG` (fetched and converted once when `download`, else [`ModelsNotAvailable`] when
-    not in the cache), a Hub id. A path that can only be local ([`looks_local`]) and does not exist is a
+    path, `laser2` / `laser3-LANG` / `sonar` (fetched and converted once when `download`, else [`ModelsNotAvailable`]
+    when not in the cache), a Hub id. A path that can only be local ([`looks_local`]) and does not exist is a
     FileNotFoundError of one line, at once (transformers would try it as a Hub id: retries when offline)."""
     if isinstance(model, (list, tuple)):
         return ResolvedModel(model, "members", list(model))
@@ -128,9 +128,9 @@ def looks_local(model: str | os.PathLike) -> bool:
 
 def missing_model_message(model: str | os.PathLike) -> str:
     """What to say of a model argument that names no existing directory (and is no Hub id, see [`looks_local`])."""
-    return (f"model directory not found: {model} (a Hub model is 'owner/name'; the original LASER models: 'laser2' or "
-            "'laser3-LANG' are downloaded and converted, and a checkpoint you have is converted with hf-laser "
-            "convert)")
+    return (f"model directory not found: {model} (a Hub model is 'owner/name'; the original models: 'laser2', "
+            "'laser3-LANG' and 'sonar' are downloaded and converted, and a checkpoint you have is converted with "
+            "hf-laser convert)")
 
 
 def check_local_dir(model: str | os.PathLike) -> None:
