@@ -27,19 +27,16 @@ LSTM kernel (oneDNN) fails outright on sequences of about 260k tokens at hidden 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
-from typing import Any
-
-from sentence_transformers.base.modules import InputModule
-from transformers import PretrainedConfig
 
 from ..modeling.modeling_laser import LaserModel
 from ..text.tokenization_laser import LaserTokenizer
-from .sentence_transformers_inputs import PER_SENTENCE, caller_stacklevel, split_items
+from .sentence_transformers_inputs import PER_SENTENCE, LanguageInputModule, caller_stacklevel
 
 # = hf_laser.defaults.DEFAULT_MAX_SENTENCE_TOKENS (not imported: this file also runs as remote code without hf_laser)
 DEFAULT_MAX_SEQ_LENGTH = 100_000
-class LaserSentenceTransformerModule(InputModule):
+
+
+class LaserSentenceTransformerModule(LanguageInputModule):
     """A LASER encoder and its tokenizer as one sentence-transformers input module.
 
     `preprocess` turns sentences into LASER ids (`lang=` one code or `"auto"` for the call; items
@@ -47,54 +44,31 @@ class LaserSentenceTransformerModule(InputModule):
     `token_embeddings` (the BiLSTM outputs) and `sentence_embedding` (their max-pool, LASER's embedding).
     """
 
-    save_in_root = True
-    forward_kwargs = {"lang"}  # lets SentenceTransformer.encode accept lang= (it is used in preprocess)
+    NAME, MODEL_TYPE = "LASER", "laser"
+    model_class, tokenizer_class = LaserModel, LaserTokenizer
 
     def __init__(self, model: LaserModel, tokenizer: LaserTokenizer):
-        super().__init__()
-        if getattr(getattr(model, "config", None), "model_type", None) != "laser":
-            raise ValueError(f"expected a LASER model (config.model_type 'laser'), got {type(model).__name__}")
+        super().__init__(model, tokenizer)
         if not callable(getattr(tokenizer, "resolve_lang", None)):
             raise ValueError(f"expected a LASER tokenizer, got {type(tokenizer).__name__}")
-        self.model = model
-        self.tokenizer = tokenizer
         self.max_seq_length: int | None = DEFAULT_MAX_SEQ_LENGTH
         config = model.config
         if getattr(config, "encoder_type", "bilstm") == "transformer":
             # a LASER3 student takes no more (its positions; `<s>` is prepended by the model)
             self.max_seq_length = min(DEFAULT_MAX_SEQ_LENGTH, config.max_positions - int(bool(config.prepend_bos)))
-        self._warned_default_lang = False
-
-    @property
-    def modalities(self) -> list[str]:
-        return ["text"]
 
     def get_embedding_dimension(self) -> int:
         return self.model.config.embedding_dim
 
-    def preprocess(self, inputs: Sequence, prompt: str | None = None, lang: str | None = None,
-                   processing_kwargs: dict | None = None, **kwargs) -> dict[str, Any]:
-        """LASER ids and attention mask of a batch. `kwargs` (e.g. `task` from `encode_query`) are not used: LASER
-        encodes queries and documents alike."""
-        if processing_kwargs:
-            raise ValueError(f"processing_kwargs are not used by LASER (got {processing_kwargs!r:.80}); give the "
-                             "language as lang=")
-        if lang is not None and not isinstance(lang, str):
-            raise TypeError(f"lang must be one language code (or 'auto') for the call; {PER_SENTENCE}")
-        texts, langs = split_items(inputs, "LASER")
-        if prompt:
-            texts = [prompt + text for text in texts]
-        langs = [lang if code is None else code for code in langs]
-        if any(code is None for code in langs):
-            default = self.tokenizer.default_lang
-            if not self._warned_default_lang:
-                self._warned_default_lang = True
-                warnings.warn(
-                    f"no lang given to encode(): the sentences are preprocessed as {default!r} (the tokenizer's "
-                    f"default language); LASER's preprocessing depends on the language: pass lang='xx' (one code "
-                    f"for the call, or lang='auto' to detect it per sentence), or {PER_SENTENCE}",
-                    UserWarning, stacklevel=caller_stacklevel())
-            langs = [default if code is None else code for code in langs]
+    def default_lang(self) -> str:
+        return self.tokenizer.default_lang
+
+    def default_lang_message(self, default: str) -> str:
+        return (f"no lang given to encode(): the sentences are preprocessed as {default!r} (the tokenizer's default "
+                f"language); LASER's preprocessing depends on the language: pass lang='xx' (one code for the call, "
+                f"or lang='auto' to detect it per sentence), or {PER_SENTENCE}")
+
+    def batch_ids(self, texts: list[str], langs: list[str]) -> list[list[int]]:
         lang_arg = langs[0] if len(set(langs)) == 1 else langs
         ids = self.tokenizer(texts, lang=lang_arg)["input_ids"]
         limit = self.max_seq_length
@@ -109,40 +83,7 @@ class LaserSentenceTransformerModule(InputModule):
                               f"embedded as first {limit - 1:,} tokens + </s>: {shown}{' ...' if len(cut) > 5 else ''} "
                               "(to embed them whole, raise model.max_seq_length or set it to None)",
                               UserWarning, stacklevel=caller_stacklevel())
-        batch = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
-        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-
-    def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:
-        out = self.model(input_ids=features["input_ids"], attention_mask=features["attention_mask"])
-        features["token_embeddings"] = out.last_hidden_state
-        features["sentence_embedding"] = out.pooler_output
-        return features
-
-    def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
-        # weights are always safetensors (transformers 5)
-        self.model.save_pretrained(output_path)
-        self.tokenizer.save_pretrained(output_path)
-
-    @classmethod
-    def load(cls, model_name_or_path: str, subfolder: str = "", token: bool | str | None = None,
-             cache_folder: str | None = None, revision: str | None = None, local_files_only: bool = False,
-             model_kwargs: dict | None = None, processor_kwargs: dict | None = None,
-             config_kwargs: dict | None = None, backend: str = "torch", **kwargs) -> LaserSentenceTransformerModule:
-        """Loads the model (strictly, see `LaserPreTrainedModel.from_pretrained`) and the tokenizer.
-
-        `model_kwargs` (e.g. `{"dtype": torch.bfloat16}`) and `config_kwargs` go to `LaserModel.from_pretrained`,
-        `processor_kwargs` (e.g. `{"lang": "de"}`, the default language) to `LaserTokenizer.from_pretrained`."""
-        if backend != "torch":
-            raise ValueError(f"the LASER module runs on the torch backend only, got backend={backend!r}")
-        hub = {"subfolder": subfolder, "token": token, "cache_dir": cache_folder, "revision": revision,
-               "local_files_only": local_files_only}
-        model_type = PretrainedConfig.get_config_dict(model_name_or_path, **hub)[0].get("model_type")
-        if model_type != "laser":
-            raise ValueError(f"{model_name_or_path} is not a LASER directory (config.json model_type {model_type!r}, "
-                             "expected 'laser')")
-        model = LaserModel.from_pretrained(model_name_or_path, **hub, **(config_kwargs or {}), **(model_kwargs or {}))
-        tokenizer = LaserTokenizer.from_pretrained(model_name_or_path, **hub, **(processor_kwargs or {}))
-        return cls(model.eval(), tokenizer)
+        return ids
 
     def __repr__(self) -> str:
         config = self.model.config
