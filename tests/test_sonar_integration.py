@@ -217,3 +217,19 @@ def test_mine_with_sonar(sonar_dir, tmp_path):
                 str(tmp_path / "pairs.tsv"), "--threshold", "0", "--k", "2"]) == 0
     rows = (tmp_path / "pairs.tsv").read_text(encoding="utf-8").strip().split("\n")
     assert rows and all(len(row.split("\t")) == 3 for row in rows)
+
+
+def test_transformers_batch_sentences_of_similar_length(encoder):
+    """A transformer computes over its batches' padding (SONAR, LASER3 students): no sentence in a batch is shorter
+    than 0.8 of its longest, whatever the token budget; a BiLSTM, which packs by true lengths, has no such bound."""
+    from hf_laser.encoder import plan_batches
+
+    lengths = [100, 95, 90, 81, 80, 79, 50, 40, 10, 9]
+    assert [list(map(int, b)) for b in plan_batches(lengths, 12000, None, 0.8)] == [[0, 1, 2, 3, 4], [5], [6, 7],
+                                                                                     [8, 9]]
+    assert len(plan_batches(lengths, 12000)) == 1
+    assert encoder.min_length_ratio == 0.8
+    assert LaserEncoder.from_pretrained().min_length_ratio is None
+    lines = ["Bonjour.", "Il pleut beaucoup aujourd'hui dans toute la région, et demain aussi."] * 3
+    one_by_one = np.concatenate([encoder.encode([line], lang="fr") for line in lines])
+    assert np.abs(encoder.encode(lines, lang="fr") - one_by_one).max() <= TOLERANCE
