@@ -5,8 +5,8 @@ The original runs in an environment of its own (tests/fixtures/sonar/make_fixtur
 file starts it as a worker process under that interpreter (`--reference-side`: this same file, which then imports
 neither hf_laser nor anything of this project but make_fixtures.py's constants):
 
-    python benchmarks/sonar_reference.py --reference-python /root/sonar-ref/bin/python            # 300 lines
-    python benchmarks/sonar_reference.py --reference-python /root/sonar-ref/bin/python --lines 20 --rounds 1
+    python benchmarks/sonar_reference.py --reference-python /tmp/sonar-ref/bin/python            # 300 lines
+    python benchmarks/sonar_reference.py --reference-python /tmp/sonar-ref/bin/python --lines 20 --rounds 1
 
 What it does:
 * builds the full-size random encoder of the fixtures (24 x 1024, ffn 8192, 16 heads: `random_sonar_state` of
