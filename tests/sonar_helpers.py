@@ -55,3 +55,34 @@ def _lines() -> tuple[str, ...]:
 def sonar_lines() -> list[str]:
     """Every fixture line (1,044), in the record's order; skips the test when ../shared is absent."""
     return list(_lines())
+
+
+@lru_cache(maxsize=1)
+def decoder_record() -> dict:
+    """tests/fixtures/sonar/decoder.json.gz (make_decoder_fixtures.py: the original's generations)."""
+    with gzip.open(FIXTURES / "decoder.json.gz", "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def decoder_state(which: str) -> dict:
+    """The random `which` ("small", "full") decoder as make_decoder_fixtures.py built it: fairseq2's names,
+    `final_proj.weight` the embedding table itself (tied), the `</s>` row scaled."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sonar_make_fixtures", FIXTURES / "make_fixtures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    record = decoder_record()
+    shapes = [s for s in record[which]["shapes"] if s[0] != "final_proj.weight"]
+    state = module.random_sonar_state(shapes, record[which]["seed"])
+    state["decoder_frontend.embed.weight"][3] *= record["eos_row_scale"]
+    state["final_proj.weight"] = state["decoder_frontend.embed.weight"]
+    return state
+
+
+def write_small_decoder_checkpoint(path: Path) -> Path:
+    """The small random decoder as SONAR's `sonar_text_decoder.pt` (`{"model": state dict}`)."""
+    import torch
+
+    torch.save({"model": decoder_state("small")}, path)
+    return path

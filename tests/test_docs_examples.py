@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BPE_CODES, BPE_VOCAB, LASER2, REPO, SHARED, TINY_CHECKPOINT, require_shared
+from sonar_helpers import write_small_decoder_checkpoint
 
 DOCS = REPO / "docs"
 SKIP = re.compile(r"<!-- example: skip \((.+?)\) -->\s*$")
@@ -64,6 +65,7 @@ def common(tmp_path_factory) -> Path:
     sonar = REPO / "tests" / "fixtures" / "sonar"
     shutil.copyfile(sonar / "small.pt", work / "sonar_text_encoder.pt")
     shutil.copyfile(sonar / "stand-in.spm.model", work / "sentencepiece.source.256000.model")
+    write_small_decoder_checkpoint(work / "sonar_text_decoder.pt")  # its small random decoder, likewise
     return work
 
 

@@ -200,7 +200,7 @@ def test_remote_code_file_names_are_unique_across_subpackages():
 
 
 # what a user imports stands at the top; every other concept is a subpackage (ARCHITECTURE.md)
-TOP_LEVEL = {"__init__.py", "cli.py", "encoder.py", "model_set.py", "outputs.py", "errors.py", "defaults.py"}
+TOP_LEVEL = {"__init__.py", "cli.py", "encoder.py", "decoder.py", "model_set.py", "outputs.py", "errors.py", "defaults.py"}
 SUBPACKAGES = {"text", "modeling", "checkpoints", "integrations", "speed", "mining", "serving", "commands", "models"}
 
 

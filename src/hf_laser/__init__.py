@@ -44,6 +44,9 @@ _LAZY_ATTRS = {
     "SonarConfig": "modeling.configuration_sonar",
     "SonarModel": "modeling.modeling_sonar",
     "SonarTokenizer": "text.tokenization_sonar",
+    "SonarDecoderConfig": "modeling.configuration_sonar_decoder",
+    "SonarDecoderModel": "modeling.modeling_sonar_decoder",
+    "SonarTextDecoder": "decoder",
     "LaserEncoder": "encoder",
 }
 
@@ -60,12 +63,16 @@ __all__ = [
     "SonarConfig",
     "SonarModel",
     "SonarTokenizer",
+    "SonarDecoderConfig",
+    "SonarDecoderModel",
+    "SonarTextDecoder",
     "DEFAULT_MODEL",
     "register_auto_classes",
     "__version__",
 ]
 
 if TYPE_CHECKING:
+    from .decoder import SonarTextDecoder
     from .encoder import LaserEncoder
     from .modeling.configuration_laser import LaserConfig
     from .modeling.modeling_laser import (
@@ -77,7 +84,9 @@ if TYPE_CHECKING:
         LaserPreTrainedModel,
     )
     from .modeling.configuration_sonar import SonarConfig
+    from .modeling.configuration_sonar_decoder import SonarDecoderConfig
     from .modeling.modeling_sonar import SonarModel
+    from .modeling.modeling_sonar_decoder import SonarDecoderModel
     from .text.tokenization_laser import LaserTokenizer
     from .text.tokenization_sonar import SonarTokenizer
 
@@ -127,7 +136,7 @@ class _ConfigTrigger(dict):
 
     def __getitem__(self, key):
         value = dict.__getitem__(self, key)
-        if key in ("laser", "sonar"):
+        if key in ("laser", "sonar", "sonar_decoder"):
             _register_models()
         return value
 
@@ -142,8 +151,12 @@ def _register_config() -> None:
     # lazy: modeling.configuration_sonar imports this module
     from .modeling.configuration_sonar import SonarConfig
 
+    # lazy: modeling.configuration_sonar_decoder imports this module
+    from .modeling.configuration_sonar_decoder import SonarDecoderConfig
+
     CONFIG_MAPPING.register("laser", LaserConfig, exist_ok=True)
     CONFIG_MAPPING.register("sonar", SonarConfig, exist_ok=True)
+    CONFIG_MAPPING.register("sonar_decoder", SonarDecoderConfig, exist_ok=True)
     if "models" not in _done and type(CONFIG_MAPPING._extra_content) is dict:
         CONFIG_MAPPING._extra_content = _ConfigTrigger(CONFIG_MAPPING._extra_content)
 
@@ -191,15 +204,22 @@ def _register_models_now() -> None:
     # lazy: modeling.configuration_sonar imports this module
     from .modeling.configuration_sonar import SonarConfig
 
+    # lazy: modeling.configuration_sonar_decoder imports this module
+    from .modeling.configuration_sonar_decoder import SonarDecoderConfig
+
     # lazy: modeling.modeling_laser imports this module
     from .modeling.modeling_laser import LaserForPreTraining, LaserForSequenceClassification, LaserModel
 
     # lazy: modeling.modeling_sonar imports this module
     from .modeling.modeling_sonar import SonarModel
 
+    # lazy: modeling.modeling_sonar_decoder imports this module
+    from .modeling.modeling_sonar_decoder import SonarDecoderModel
+
     _once("config", _register_config)
     AutoModel.register(LaserConfig, LaserModel, exist_ok=True)
     AutoModel.register(SonarConfig, SonarModel, exist_ok=True)
+    AutoModel.register(SonarDecoderConfig, SonarDecoderModel, exist_ok=True)
     AutoModelForPreTraining.register(LaserConfig, LaserForPreTraining, exist_ok=True)
     AutoModelForSequenceClassification.register(LaserConfig, LaserForSequenceClassification, exist_ok=True)
     _once("tokenizer", _register_tokenizer)

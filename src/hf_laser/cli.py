@@ -29,6 +29,7 @@ SUBCOMMANDS = {
     "mine": ("mine", "mine parallel sentences with margin-based scoring"),
     "embed-shards": ("embed_shards",
                      "embed text files into shards for mine --embed-dir, one process per rank (multi-GPU / nodes)"),
+    "decode": ("decode", "SONAR sentence embeddings (.npy) back into text with SONAR's text decoder"),
     "similar": ("similar", "print the nearest neighbours of sentences among other sentences (any languages)"),
     "push": ("push", "upload a model directory (+ card and results) to the Hub"),
     "env": ("env", "versions, the processor and which speed modes (fp32, bf16, int8) it makes fast"),

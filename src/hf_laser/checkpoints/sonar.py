@@ -22,8 +22,8 @@ from ..modeling.configuration_sonar import SonarConfig
 from ..text.tokenization_sonar import SonarTokenizer
 from .convert import _check_out_dir, _staged_directory
 
-__all__ = ["NotASonarCheckpoint", "convert_sonar", "is_sonar_checkpoint", "load_sonar_state", "map_sonar_state",
-           "sonar_config_from_state"]
+__all__ = ["NotASonarCheckpoint", "check_names_and_shapes", "convert_sonar", "is_sonar_checkpoint", "load_sonar_state", "map_sonar_state",
+           "sonar_checkpoint_kind", "sonar_config_from_state"]
 
 LICENCE = "cc-by-nc-4.0"  # SONAR's weights (facebookresearch/SONAR, README "License"); the code is MIT
 
@@ -52,8 +52,9 @@ def _names(keys, limit: int = 5) -> str:
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def load_sonar_state(path: str | Path) -> dict:
-    """The state dict of a `{"model": state_dict}` file, read without running code from it (memory-mapped)."""
+def load_sonar_state(path: str | Path, expected_format: str = EXPECTED_FORMAT) -> dict:
+    """The state dict of a `{"model": state_dict}` file, read without running code from it (memory-mapped).
+    `expected_format` names what the file should be in the errors."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
@@ -64,14 +65,14 @@ def load_sonar_state(path: str | Path) -> dict:
         if "Weights only load failed" in text:
             detail = (text.split("WeightsUnpickler error:", 1)[-1].split(". ", 1)[0].strip()
                       if "WeightsUnpickler error:" in text else "objects other than tensors")
-            raise NotASonarCheckpoint(f"{path} could not be read as {EXPECTED_FORMAT}: it holds Python objects a "
+            raise NotASonarCheckpoint(f"{path} could not be read as {expected_format}: it holds Python objects a "
                                       f"checkpoint does not have ({detail}); hf-laser never runs code from a "
                                       f"checkpoint (weights_only=True)") from err
-        raise NotASonarCheckpoint(f"{path} could not be read as {EXPECTED_FORMAT}: {text}") from err
+        raise NotASonarCheckpoint(f"{path} could not be read as {expected_format}: {text}") from err
     if not isinstance(checkpoint, dict) or "model" not in checkpoint:
         found = (f"a dict with keys {_names(map(str, checkpoint))}" if isinstance(checkpoint, dict)
                  else f"a {type(checkpoint).__name__}")
-        raise NotASonarCheckpoint(f"{path} is not {EXPECTED_FORMAT}; found {found}")
+        raise NotASonarCheckpoint(f"{path} is not {expected_format}; found {found}")
     state = checkpoint["model"]
     if not isinstance(state, dict) or not state:
         raise NotASonarCheckpoint(f"{path}: 'model' is {type(state).__name__}, expected a non-empty dict of tensors")
@@ -120,22 +121,30 @@ def expected_shapes(config) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def map_sonar_state(state: dict, config, path: str | Path = "checkpoint") -> dict:
-    """Checks every name and shape against `config` and renames fairseq2's names to `SonarModel`'s (float32)."""
-    expected = expected_shapes(config)
+def check_names_and_shapes(state: dict, expected: dict[str, tuple[int, ...]], path: str | Path, what: str,
+                           sizes: str) -> None:
+    """[`NotASonarCheckpoint`] unless `state` has exactly the names of `expected`, each of its shape (`what`: the
+    kind of checkpoint; `sizes`: the configuration, said where a shape differs)."""
     unexpected = set(state) - set(expected)
     if unexpected:
-        raise NotASonarCheckpoint(f"{path}: unexpected keys for a SONAR text encoder: {_names(unexpected)}")
+        raise NotASonarCheckpoint(f"{path}: unexpected keys for {what}: {_names(unexpected)}")
     missing = set(expected) - set(state)
     if missing:
         raise NotASonarCheckpoint(f"{path}: missing keys: {_names(missing)}")
-    out = {}
     for key, shape in expected.items():
+        if tuple(state[key].shape) != shape:
+            raise NotASonarCheckpoint(f"{path}: {key} has shape {tuple(state[key].shape)}, expected {shape} "
+                                      f"({sizes})")
+
+
+def map_sonar_state(state: dict, config, path: str | Path = "checkpoint") -> dict:
+    """Checks every name and shape against `config` and renames fairseq2's names to `SonarModel`'s (float32)."""
+    expected = expected_shapes(config)
+    check_names_and_shapes(state, expected, path, "a SONAR text encoder", f"d_model {config.d_model}, ffn "
+                           f"{config.encoder_ffn_dim}, vocabulary {config.vocab_size}")
+    out = {}
+    for key in expected:
         tensor = state[key]
-        if tuple(tensor.shape) != shape:
-            raise NotASonarCheckpoint(f"{path}: {key} has shape {tuple(tensor.shape)}, expected {shape} "
-                                      f"(d_model {config.d_model}, ffn {config.encoder_ffn_dim}, vocabulary "
-                                      f"{config.vocab_size})")
         if key == "encoder_frontend.embed.weight":
             name = "embed_tokens.weight"
         elif m := _LAYER.match(key):
@@ -147,14 +156,26 @@ def map_sonar_state(state: dict, config, path: str | Path = "checkpoint") -> dic
     return out
 
 
-def is_sonar_checkpoint(path: str | Path) -> bool:
-    """Whether `path` reads (weights only, memory-mapped) as `{"model": {...}}` with fairseq2's SONAR names."""
+def sonar_checkpoint_kind(path: str | Path) -> str | None:
+    """"encoder" or "decoder" where `path` reads (weights only, memory-mapped) as `{"model": {...}}` with fairseq2's
+    names of SONAR's text encoder or decoder; None otherwise."""
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 - not a weights-only file (a LASER3 checkpoint's pickled config...): not SONAR
-        return False
+        return None
     state = checkpoint.get("model") if isinstance(checkpoint, dict) else None
-    return isinstance(state, dict) and "encoder_frontend.embed.weight" in state
+    if not isinstance(state, dict):
+        return None
+    if "encoder_frontend.embed.weight" in state:
+        return "encoder"
+    if "decoder_frontend.embed.weight" in state:
+        return "decoder"
+    return None
+
+
+def is_sonar_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is SONAR's text encoder checkpoint ([`sonar_checkpoint_kind`])."""
+    return sonar_checkpoint_kind(path) == "encoder"
 
 
 def convert_sonar(checkpoint_path: str | Path, spm_model_path: str | Path, out_dir: str | Path, *,

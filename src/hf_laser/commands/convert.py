@@ -1,7 +1,7 @@
 """`hf-laser convert` (also `python -m hf_laser.checkpoints.convert`): an original LASER checkpoint into a Hugging Face
 directory (`hf_laser.checkpoints.convert.convert`), or SONAR's text encoder (`sonar_text_encoder.pt` with
-`--spm-model sentencepiece.source.256000.model`: `hf_laser.checkpoints.sonar.convert_sonar`), recognised by its
-contents."""
+`--spm-model sentencepiece.source.256000.model`: `hf_laser.checkpoints.sonar.convert_sonar`) or decoder
+(`sonar_text_decoder.pt`: `hf_laser.checkpoints.sonar_decoder.convert_sonar_decoder`), recognised by its contents."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from ..errors import exit_status
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="original LASER checkpoint (.pt), or SONAR's sonar_text_encoder.pt")
+    parser.add_argument("checkpoint", help="original LASER checkpoint (.pt), or SONAR's sonar_text_encoder.pt or "
+                        "sonar_text_decoder.pt")
     parser.add_argument("out_dir", help="output directory")
     parser.add_argument("--bpe-codes", help="fastBPE codes (LASER1, e.g. 93langs.fcodes)")
     parser.add_argument("--bpe-vocab", help="fastBPE vocabulary (LASER1, e.g. 93langs.fvocab)")
@@ -44,17 +45,26 @@ def run(args: argparse.Namespace) -> int:
     from ..checkpoints.convert import NotALaserCheckpoint, convert
 
     # lazy: checkpoints.sonar imports torch, transformers
-    from ..checkpoints.sonar import convert_sonar, is_sonar_checkpoint
+    from ..checkpoints.sonar import convert_sonar, sonar_checkpoint_kind
+    from ..checkpoints.sonar_decoder import convert_sonar_decoder
 
     try:
-        if is_sonar_checkpoint(args.checkpoint):
+        sonar_kind = sonar_checkpoint_kind(args.checkpoint)
+        if sonar_kind:
             laser_only = [flag for flag, value in (("--bpe-codes", args.bpe_codes), ("--bpe-vocab", args.bpe_vocab),
                                                    ("--spm-vocab", args.spm_vocab), ("--language", args.language),
                                                    ("--no-tokenizer", args.no_tokenizer)) if value]
             if laser_only or args.spm_model is None:
-                raise ValueError(f"{args.checkpoint} is a SONAR text encoder: it takes --spm-model "
+                raise ValueError(f"{args.checkpoint} is a SONAR text {sonar_kind}: it takes --spm-model "
                                  "(sentencepiece.source.256000.model) and no "
                                  + (", ".join(laser_only) if laser_only else "other subword files"))
+            if sonar_kind == "decoder":
+                out = convert_sonar_decoder(args.checkpoint, args.spm_model, args.out_dir,
+                                            num_attention_heads=args.attention_heads, overwrite=bool(args.overwrite),
+                                            model_card=not args.no_model_card)
+                print(f"wrote {out} (SONAR text decoder; its weights are CC BY-NC 4.0: non-commercial use only)",
+                      file=sys.stderr)
+                return 0
             out = convert_sonar(args.checkpoint, args.spm_model, args.out_dir,
                                 num_attention_heads=args.attention_heads, overwrite=bool(args.overwrite),
                                 model_card=not args.no_model_card)

@@ -80,6 +80,20 @@ class SonarTextTokenizer:
             ids = ids[:max_length]
         return ids
 
+    def decode(self, ids) -> str:
+        """fairseq2's `tokenizer.create_decoder()(ids)`: the text of fairseq2's ids. The pieces are SentencePiece's
+        decoding (`<unk>` as " ⁇ ", `<s>` and `</s>` as nothing); `<pad>`, the language tags and the internal
+        symbols are control symbols fairseq2 adds to the model, and decode to nothing as well, wherever they stand
+        (checked against fairseq2 on every hypothesis of tests/fixtures/sonar/decoder.json.gz)."""
+        pieces = []
+        for index in ids:
+            index = int(index)
+            if not 0 <= index < self.vocab_size:
+                raise ValueError(f"id {index} is outside the vocabulary (size {self.vocab_size})")
+            if 1 <= index <= self.n_pieces:
+                pieces.append(index - 1)
+        return self.sp.decode(pieces)
+
     def id_to_token(self, index: int) -> str:
         if index == PAD:
             return "<pad>"
