@@ -232,7 +232,7 @@ class LaserEncoder:
             engine = "torch"
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
-        resolved = resolve(path, who="LaserEncoder")
+        resolved = resolve(path, who="LaserEncoder", hub_kwargs=kwargs)
         if resolved.is_set:
             # LASER2 + LASER3 students: one encoder that embeds each sentence with the model of its language
             return RoutedLaserEncoder.from_pretrained(resolved.location, cls.from_pretrained, device=device,
@@ -240,7 +240,7 @@ class LaserEncoder:
                                                       engine=engine, **({"speed": speed} if speed is not None else {}),
                                                       **kwargs)
         path = resolved.location
-        sonar = is_sonar_directory(path) or (resolved.kind == "hub" and _hub_model_type(path, kwargs) == "sonar")
+        sonar = is_sonar_directory(path)
         if sonar and engine == "numpy":
             raise ValueError(f"engine='numpy' computes LASER's BiLSTMs; {path} is a SONAR text encoder (a "
                              "transformer): use engine='torch'")
@@ -854,25 +854,6 @@ def _resolve_speed(speed: str, path, device, kwargs):
                                       cache_dir=kwargs.get("cache_dir"))
     config = json.loads(Path(config_file).read_text(encoding="utf-8"))
     return choose_speed_mode(speed, cpu_info(), ModelShape.from_config(config), device_type)
-
-
-def _hub_model_type(model_id, kwargs) -> str | None:
-    """The `model_type` of a Hub model's config.json, fetched as the loader would fetch it (once: it is cached).
-    A failure is the loader's failure, raised here (an OSError), not tried a second time."""
-    # lazy: the Hub client, needed for Hub calls only
-    from huggingface_hub import hf_hub_download
-
-    try:
-        config_file = hf_hub_download(str(model_id), "config.json", revision=kwargs.get("revision"),
-                                      cache_dir=kwargs.get("cache_dir"), token=kwargs.get("token"))
-    except OSError:
-        raise
-    except Exception as err:  # noqa: BLE001 - the Hub client's other errors, as the loader's OSError
-        raise OSError(f"{model_id}: cannot fetch config.json ({one_line(err)})") from err
-    try:
-        return json.loads(Path(config_file).read_text(encoding="utf-8")).get("model_type")
-    except (ValueError, AttributeError):
-        return None
 
 
 def _why_not_numpy(path, device, dtype, quantize, kwargs) -> str | None:

@@ -22,6 +22,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..defaults import MODEL_SET_FILE
+from ..model_set import read_model_set, write_model_set
 from .integration_files import write_integration_files
 
 __all__ = [
@@ -197,6 +199,14 @@ def card_with_results(model_dir: str | Path, results: dict | None, *, repo_id: s
     readme = model_dir / "README.md"
     if readme.is_file():
         text = readme.read_text(encoding="utf-8")
+    elif (model_dir / MODEL_SET_FILE).is_file():
+        default, students = read_model_set(model_dir)
+        name = model_name or (repo_id or model_dir.name)
+        text = (f"---\nlibrary_name: hf_laser\ntags: [laser, sentence-embeddings, hf-laser]\n---\n\n# {name}\n\n"
+                f"An hf_laser model set: each sentence is embedded by the model of its language ("
+                f"{len(students)} languages routed to students; the others to "
+                f"`{default.name if default is not None else 'none'}`).\n\n```python\nfrom hf_laser import "
+                f"LaserEncoder\n\nencoder = LaserEncoder.from_pretrained(\"{name}\")\n```\n")
     else:
         # lazy: modeling.configuration_laser imports transformers
         from ..modeling.configuration_laser import LaserConfig
@@ -262,11 +272,13 @@ _SKIP_DIRS = {".git", "__pycache__", ".cache", ".ipynb_checkpoints"}
 
 
 def collect_files(model_dir: str | Path, results_dir: str | Path | None = None) -> list[tuple[str, Path]]:
-    """`(path_in_repo, local_path)` of the model directory (without its README.md, which is regenerated) and, under
-    `results/`, the results files (`results.json`, `results.md`, `results_info.json`, `*.png`)."""
+    """`(path_in_repo, local_path)` of the model directory or model set (without its README.md, which is
+    regenerated) and, under `results/`, the results files (`results.json`, `results.md`, `results_info.json`,
+    `*.png`)."""
     model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir} is not a model directory (no config.json)")
+    if not (model_dir / "config.json").is_file() and not (model_dir / MODEL_SET_FILE).is_file():
+        raise FileNotFoundError(f"{model_dir} is not a model directory (no config.json) nor a model set (no "
+                                f"{MODEL_SET_FILE})")
     files = []
     for path in sorted(model_dir.rglob("*")):
         rel = path.relative_to(model_dir)
@@ -296,6 +308,8 @@ def with_remote_code(model_dir: str | Path, staging: str | Path) -> Path:
     `auto_map`, `custom_pipelines`, sentence-transformers files); any other directory as it is."""
 
     model_dir, staging = Path(model_dir), Path(staging)
+    if (model_dir / MODEL_SET_FILE).is_file():
+        return _stage_model_set(model_dir, staging)
     config = model_dir / "config.json"
     try:
         laser = json.loads(config.read_text(encoding="utf-8")).get("model_type") == "laser"
@@ -311,6 +325,46 @@ def with_remote_code(model_dir: str | Path, staging: str | Path) -> Path:
         else:
             target.symlink_to(path.resolve())
     write_integration_files(staging)
+    return staging
+
+
+def _stage_model_set(set_dir: Path, staging: Path) -> Path:
+    """A model set as one repository: every member inside it (a member outside the set's directory, such as the
+    shipped laser-mini-set's `../laser-mini`, is copied in under its directory's name), each completed as
+    [`with_remote_code`] completes a directory, the set file naming them by their places in the repository, and
+    the set's other files (its README.md is the card)."""
+    default, students = read_model_set(set_dir)
+    names: dict[Path, str] = {}
+
+    def place(member: Path) -> str:
+        real = member.resolve()
+        if real not in names:
+            try:
+                name = real.relative_to(set_dir.resolve()).as_posix()
+            except ValueError:  # outside the set's directory
+                name = member.name
+            while name in names.values() or (set_dir / name).exists() and (set_dir / name).resolve() != real:
+                name += "-member"
+            names[real] = name
+            target = staging / name
+            target.mkdir(parents=True)
+            staged = with_remote_code(member, target)
+            if staged != target:  # not a LASER directory (SONAR's carries its code): its files as they are
+                for rel, path in collect_files(member):
+                    (target / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (target / rel).symlink_to(path.resolve())
+        return names[real]
+
+    default_name = None if default is None else place(default)
+    student_names = {code: place(path) for code, path in students.items()}
+    member_dirs = {real for real in names}
+    for path in sorted(set_dir.iterdir()):
+        if path.is_file() and path.name not in (MODEL_SET_FILE,) and not path.name.startswith("."):
+            (staging / path.name).symlink_to(path.resolve())
+        elif path.is_dir() and path.resolve() not in member_dirs and path.name not in _SKIP_DIRS:
+            raise ValueError(f"{set_dir}: {path.name}/ is no member of the set; a set is pushed with its members only")
+    write_model_set(staging, default=None if default_name is None else staging / default_name,
+                    students={code: staging / name for code, name in student_names.items()})
     return staging
 
 

@@ -207,6 +207,17 @@ def write_sonar_integration_files(directory: str | Path) -> None:
         _write_json(directory / "config_sentence_transformers.json", SENTENCE_TRANSFORMERS_CONFIG)
 
 
+def _write_prefix_bundle(directory: Path) -> None:
+    """A LASER1 tokenizer's Moses prefixes for its remote code (which has no data folder), where the directory was
+    not written by `LaserTokenizer.save_pretrained` (which writes them): a shipped or staged directory."""
+    # lazy: the prefix files, read only for a directory with fastBPE codes
+    from ..text.nonbreaking_prefixes import BUNDLE_FILE, bundle
+
+    if (directory / "bpe.fcodes").is_file() and not (directory / BUNDLE_FILE).is_file():
+        with open(directory / BUNDLE_FILE, "w", encoding="utf-8", newline="\n") as fh:
+            json.dump(bundle(), fh, ensure_ascii=False, indent=0, sort_keys=True)
+
+
 def write_integration_files(directory: str | Path) -> None:
     """Adds the integration entries and files (module docstring) to a saved LASER directory: the tokenizer's alone
     where there is no LASER `config.json` (a tokenizer saved alone), nothing where there is neither. A SONAR
@@ -220,6 +231,7 @@ def write_integration_files(directory: str | Path) -> None:
     tokenizer = has_laser_tokenizer(directory) and write_code_files(["tokenization_laser"], directory)
     if tokenizer:
         _add_tokenizer_auto_map(directory, TOKENIZER_AUTO_MAP)
+        _write_prefix_bundle(directory)
     if not isinstance(config, dict) or config.get("model_type") != "laser":
         return
     encoder = config.get("architectures") == ["LaserModel"]

@@ -1,10 +1,12 @@
-"""`hf-laser download laser2 | laser3 LANG ... | sonar`: the original LASER2 / LASER3 files from Meta's addresses,
+"""`hf-laser download laser2 | laser3 LANG ... | sonar | owner/name`: the original LASER2 / LASER3 files from Meta's addresses,
 checked, converted once into a model set in the cache (`hf_laser.checkpoints.download.fetch_models`); SONAR's text
-encoder the same way into `CACHE/converted/sonar` (`fetch_sonar`, its CC BY-NC 4.0 licence said first)."""
+encoder the same way into `CACHE/converted/sonar` (`fetch_sonar`, its CC BY-NC 4.0 licence said first); a Hub
+model (a directory or a model set) into the Hub cache (`hub_snapshot`)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ..checkpoints.download import ModelsNotAvailable, fetch_models, fetch_sonar, student_code
@@ -13,11 +15,17 @@ from ..errors import UsageError
 WHO = "hf-laser download"
 
 
+HUB_ID = re.compile(r"[\w.\-]+/[\w.\-]+")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("models", nargs="+", metavar="laser2|laser3 LANG|sonar",
                         help="laser2, and/or laser3 followed by the languages of the students to fetch (FLORES-200 "
                         "codes such as wol_Latn, ISO 639 codes, or English names), and/or sonar (SONAR's text "
-                        "encoder: CC BY-NC 4.0, non-commercial use only)")
+                        "encoder: CC BY-NC 4.0, non-commercial use only), or one Hub model owner/name (a model directory or "
+                        "a whole model set, into the Hub cache; its local directory is printed)")
+    parser.add_argument("--revision", default=None,
+                        help="with owner/name: a branch, tag or commit id (default: the main branch)")
 
 
 def parse_models(tokens: list[str]) -> list[str]:
@@ -52,6 +60,23 @@ def parse_models(tokens: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    hub_ids = [token for token in args.models if HUB_ID.fullmatch(token)]
+    if hub_ids:
+        if len(args.models) > 1:
+            raise UsageError("a Hub model (owner/name) is downloaded alone: one per command")
+        # lazy: the Hub client, needed for Hub ids only
+        from ..checkpoints.hub_snapshot import hub_snapshot
+
+        try:
+            local = hub_snapshot(hub_ids[0], revision=args.revision)
+        except OSError as err:  # (an unreachable Hub is said as the user's to fix: exit status 2, one line)
+            raise UsageError(str(err)) from None
+        print(f"{WHO}: ready: {hub_ids[0]}" + (f" (revision {args.revision})" if args.revision else "")
+              + f"; use it with --model {hub_ids[0]} (or the directory below)", file=sys.stderr)
+        print(local)
+        return 0
+    if args.revision is not None:
+        raise UsageError("--revision is for a Hub model (owner/name)")
     names = parse_models(args.models)
     laser = [n for n in names if n != "sonar"]
 

@@ -51,8 +51,9 @@ class ResolvedModel:
     """What a model argument is. `kind`: `"shipped"` (a model inside the package, by name or as the default),
     `"directory"` (a local model directory), `"model_set"` (a directory with `laser_model_set.json`), `"members"`
     (a list of model directories given as one set), `"download"` (`laser2` / `laser3-LANG`: the original release,
-    converted once into the cache), `"hub"` (an `owner/name` id, left to transformers). `location` is what the
-    loaders open: a path, a list of paths (`members`) or the Hub id."""
+    converted once into the cache), `"hub"` (an `owner/name` id not fetched: `resolve(download=False)`).
+    `location` is what the loaders open: a path, a list of paths (`members`) or the Hub id. A Hub id that is
+    fetched resolves to its local snapshot ("directory" or "model_set"), `given` keeping the id."""
 
     # (a plain class: `import hf_laser` imports this module, and dataclasses would add to its start-up)
     __slots__ = ("given", "kind", "location")
@@ -70,11 +71,15 @@ class ResolvedModel:
                                                           and (Path(self.location) / MODEL_SET_FILE).is_file())
 
 
-def resolve(model, *, who: str = "hf_laser", download: bool = True) -> ResolvedModel:
+HUB_KWARGS = ("revision", "token", "cache_dir")  # the loading arguments that say which Hub snapshot
+
+
+def resolve(model, *, who: str = "hf_laser", download: bool = True, hub_kwargs: dict | None = None) -> ResolvedModel:
     """What `model` names ([`ResolvedModel`]), in this order: None (the shipped default, said once per process on
     stderr), a list (members of one set), a shipped model's name where no local path has it, an existing local
     path, `laser2` / `laser3-LANG` / `sonar` (fetched and converted once when `download`, else [`ModelsNotAvailable`]
-    when not in the cache), a Hub id. A path that can only be local ([`looks_local`]) and does not exist is a
+    when not in the cache), a Hub id (its snapshot at `hub_kwargs`' revision, fetched into the Hub cache when
+    `download`: `checkpoints.hub_snapshot`; a model directory or a whole model set). A path that can only be local ([`looks_local`]) and does not exist is a
     FileNotFoundError of one line, at once (transformers would try it as a Hub id: retries when offline)."""
     if isinstance(model, (list, tuple)):
         return ResolvedModel(model, "members", list(model))
@@ -90,7 +95,13 @@ def resolve(model, *, who: str = "hf_laser", download: bool = True) -> ResolvedM
         return ResolvedModel(model, "download", str(resolve_named_model(str(model), download=download)))
     if looks_local(model):
         raise FileNotFoundError(missing_model_message(model))
-    return ResolvedModel(model, "hub", model)
+    if not download:
+        return ResolvedModel(model, "hub", model)
+    # lazy: the Hub client, needed for Hub ids only
+    from ..checkpoints.hub_snapshot import hub_snapshot
+
+    local = hub_snapshot(str(model), **{k: v for k, v in (hub_kwargs or {}).items() if k in HUB_KWARGS})
+    return ResolvedModel(model, "model_set" if (local / MODEL_SET_FILE).is_file() else "directory", str(local))
 
 
 def resolve_model(model: str | os.PathLike | None, *, who: str = "hf_laser") -> str | os.PathLike:
