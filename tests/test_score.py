@@ -125,6 +125,8 @@ def test_score_command_files_tsv_keep_removed_and_reuse(tmp_path):
     assert r.returncode == 0, r.stderr
     scores = read_scores(tmp_path / "s.txt")
     assert len(scores) == 120
+    # nothing of the run's own left beside the embeddings (the kNN scratch directory, the scores' memory map)
+    assert not list((tmp_path / "emb").glob("mine-scratch-*")) and not list((tmp_path / "emb").glob("scores-*"))
     # the margin tells the misaligned quarter apart (laser-mini)
     assert scores[~aligned].max() < np.median(scores[aligned])
     kept = (tmp_path / "k.tsv").read_text(encoding="utf-8").splitlines()
@@ -203,5 +205,21 @@ def test_score_command_refusals(tmp_path):
     assert r.returncode == 2 and "different files" in r.stderr, r.stderr
     r = hf_laser("score", "c.de", "c.en", "--src-lang", "de", "--tgt-lang", "en", "-k", "9", "-o", "s.txt",
                  cwd=tmp_path)
-    assert r.returncode == 2 and "k=9" in r.stderr, r.stderr
+    assert r.returncode == 2 and "-k 9 is larger than the corpus (8 pairs)" in r.stderr, r.stderr
     assert not (tmp_path / "s.txt").exists()
+
+
+def test_score_files_and_score_sentences_agree(tmp_path):
+    from hf_laser import LaserEncoder
+    from hf_laser.mining import score_files, score_sentences
+
+    encoder = LaserEncoder.from_pretrained("laser-mini")
+    de = (REPO / "examples" / "de.txt").read_text(encoding="utf-8").splitlines()
+    en = (REPO / "examples" / "en.txt").read_text(encoding="utf-8").splitlines()
+    in_memory = score_sentences(encoder, de, en, src_lang="de", tgt_lang="en", k=3)
+    on_disk = score_files(encoder, REPO / "examples" / "de.txt", REPO / "examples" / "en.txt", tmp_path,
+                          src_lang="de", tgt_lang="en", k=3)
+    np.testing.assert_allclose(np.asarray(on_disk), in_memory, atol=1e-5)
+    assert (tmp_path / "src.npy.manifest.json").is_file() and (tmp_path / "knn" / "x2y_sim.npy").is_file()
+    shuffled = score_sentences(encoder, de, en[1:] + en[:1], src_lang="de", tgt_lang="en", k=3)
+    assert shuffled.max() < in_memory.min()  # misaligned pairs score below every aligned one

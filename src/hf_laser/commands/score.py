@@ -132,10 +132,14 @@ def run(args: argparse.Namespace) -> int:
         embed_dir.mkdir(parents=True, exist_ok=True)
         src, tgt = input_files(args, embed_dir)
         n = aligned_lines(src, tgt)
+        if args.method == "margin" and args.k > n:
+            raise UsageError(f"-k {args.k} is larger than the corpus ({n:,} pairs): the margin needs k <= the number "
+                             "of pairs; give a smaller -k, or --method cosine")
         with scores_lock(outputs["scores"], args.wait):  # one run at a time writes these scores
             identity = scores_identity(args, encoder, src, tgt)
-            scores, reused = scores_of(args, encoder, src, tgt, n, embed_dir, outputs["scores"], identity, show)
-            counts = write_outputs(src, tgt, scores, threshold, langs, outputs, reused, identity, show)
+            with scores_of(args, encoder, src, tgt, n, embed_dir, outputs["scores"], identity, show) as (scores,
+                                                                                                          reused):
+                counts = write_outputs(src, tgt, scores, n, threshold, langs, outputs, reused, identity, show)
     finally:
         tmp.cleanup()
     kept = "" if counts is None else (
@@ -289,19 +293,28 @@ def scores_lock(output, wait: bool):
     return output_lock(output, wait=wait, say=lambda m: print(f"{WHO}: {m}", file=sys.stderr))
 
 
+@contextlib.contextmanager
 def scores_of(args, encoder, src: str, tgt: str, n: int, embed_dir: Path, output, identity: dict, show):
-    """`(scores [n], reused)`: those of `-o` when its manifest holds this identity and its content its checksum,
-    else computed (into a memory map)."""
-    # lazy: numpy (hf-laser --help imports none)
-    import numpy as np
-
+    """`(scores, reused)`: the scores as an iterable of floats in the corpus's order: read from `-o` when its
+    manifest holds this identity and its content its checksum, else computed (into a memory map in `embed_dir`,
+    removed after)."""
     if output not in (None, "-") and not args.overwrite:
         why = reusable(Path(output), identity, n)
         if why is None:
-            return np.loadtxt(output, dtype=np.float64, ndmin=1), True
+            with open(output, encoding="ascii") as f:
+                yield (float(line) for line in f), True
+            return
         if why:
             print(f"{WHO}: recomputing the scores in {output}: {why}", file=sys.stderr)
-    return compute_scores(args, encoder, src, tgt, n, embed_dir, show), False
+    # lazy: numpy (hf-laser --help imports none)
+    import numpy as np
+
+    path = embed_dir / f"scores-{os.getpid()}.npy"
+    try:
+        scores = compute_scores(args, encoder, src, tgt, n, embed_dir, path, show)
+        yield (float(v) for a in range(0, n, 1 << 16) for v in np.asarray(scores[a:a + (1 << 16)]).tolist()), False
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def reusable(output: Path, identity: dict, n: int) -> str | None:
@@ -331,26 +344,21 @@ def reusable(output: Path, identity: dict, n: int) -> str | None:
     return None
 
 
-def compute_scores(args, encoder, src: str, tgt: str, n: int, embed_dir: Path, show):
+def compute_scores(args, encoder, src: str, tgt: str, n: int, embed_dir: Path, path: Path, show):
+    """The scores of the corpus, `[n]` float64 in the `.npy` memory map `path`."""
     # lazy: numpy, and mining imports tqdm (hf-laser --help imports neither)
     import numpy as np
     from ..mining import score_pairs
 
     x, _ = _side_embeddings(lambda: encoder, src, args.src_lang, embed_dir, False, args, show)
     y, _ = _side_embeddings(lambda: encoder, tgt, args.tgt_lang, embed_dir, False, args, show)
+    scores = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(n,))
     with _scratch_dir(embed_dir) as scratch:  # the [N, k] kNN arrays on disk, removed after
-        scores = np.lib.format.open_memmap(scratch / "scores.npy", mode="w+", dtype=np.float64, shape=(n,))
         score_pairs(x, y, method=args.method, margin=args.margin, k=args.k, index=args.index, nlist=args.nlist,
                     nprobe=args.nprobe, device=args.knn_device, knn_dir=scratch / "knn", show_progress=show,
                     out=scores)
-        out = np.empty(n, dtype=np.float64) if n <= (1 << 24) else None
-        if out is None:  # more than 16M pairs: the scores stay on disk, beside the embeddings
-            out = np.lib.format.open_memmap(embed_dir / f"scores-{os.getpid()}.npy", mode="w+", dtype=np.float64,
-                                            shape=(n,))
-        for a in range(0, n, 1 << 20):
-            out[a:a + (1 << 20)] = scores[a:a + (1 << 20)]
-        del scores
-    return out
+    scores.flush()
+    return scores
 
 
 class Outputs:
@@ -387,7 +395,7 @@ class Outputs:
         return False
 
 
-def write_outputs(src: str, tgt: str, scores, threshold, langs, paths: dict, reused: bool, identity: dict, show):
+def write_outputs(src: str, tgt: str, scores, n: int, threshold, langs, paths: dict, reused: bool, identity: dict, show):
     """One pass over both sides: the scores (unless reused) and their manifest, the kept and removed pairs. Counts,
     or None without a threshold."""
     # lazy: tqdm, encoder and outputs import numpy (hf-laser --help imports none)
@@ -406,9 +414,9 @@ def write_outputs(src: str, tgt: str, scores, threshold, langs, paths: dict, reu
     counts = {"kept": 0, "above": 0, "wrong_lang": 0}
     with Outputs(paths) as out:
         scores_file, keep, removed = out.get("scores"), out.get("keep"), out.get("removed")
-        bar = tqdm(total=len(scores), desc="pairs", unit="pair", disable=None if show is None else not show)
-        for i, (s, t) in enumerate(zip(read_lines(src), read_lines(tgt))):
-            text = f"{float(scores[i]):.6f}"
+        bar = tqdm(total=n, desc="pairs", unit="pair", disable=None if show is None else not show)
+        for i, (score, s, t) in enumerate(zip(scores, read_lines(src), read_lines(tgt))):
+            text = f"{score:.6f}"
             if scores_file is not None:
                 scores_file.write(text + "\n")
             if decide:
@@ -427,14 +435,14 @@ def write_outputs(src: str, tgt: str, scores, threshold, langs, paths: dict, reu
                     f.write(f"{s}\t{t}\n")
             if i % 4096 == 4095:
                 bar.update(4096)
-        bar.update(len(scores) - bar.n)
+        bar.update(n - bar.n)
         bar.close()
     if paths["scores"] not in (None, "-"):
         output = Path(scores_path)
         st = output.stat()
         write_json_atomic(output.with_name(output.name + ".manifest.json"), {
             "format": SCORES_FORMAT, "identity": identity,
-            "output": {"lines": len(scores), "size": st.st_size, "sha256": file_sha256(output)}})
+            "output": {"lines": n, "size": st.st_size, "sha256": file_sha256(output)}})
     return counts if decide else None
 
 
