@@ -207,6 +207,9 @@ def test_score_command_refusals(tmp_path):
                  cwd=tmp_path)
     assert r.returncode == 2 and "-k 9 is larger than the corpus (8 pairs)" in r.stderr, r.stderr
     assert not (tmp_path / "s.txt").exists()
+    # an empty corpus (a pipeline's filter may be handed nothing): empty outputs, not an error
+    r = hf_laser("score", "--tsv", "-", "--src-lang", "de", "--tgt-lang", "en", "--keep", "-", cwd=tmp_path, stdin="")
+    assert r.returncode == 0 and r.stdout == "" and "empty" in r.stderr, r.stderr
 
 
 def test_score_files_and_score_sentences_agree(tmp_path):

@@ -116,6 +116,23 @@ def test_opusfilter_configuration_errors():
         cls(languages=["de", "en"], margin="absolute")
 
 
+def test_opusfilter_chunk_smaller_than_k_and_empty(caplog):
+    pytest.importorskip("opusfilter", reason="OpusFilter is not installed")
+    from hf_laser.integrations.opusfilter import LaserScoreFilter
+
+    filt = LaserScoreFilter(languages=["de", "en"])
+    de = (REPO / "examples" / "de.txt").read_text(encoding="utf-8").splitlines()
+    en = (REPO / "examples" / "en.txt").read_text(encoding="utf-8").splitlines()
+    with caplog.at_level("WARNING"):
+        scores = list(filt.score(list(zip(de[:3], en[:3]))))
+    assert len(scores) == 3 and all(np.isfinite(scores)) and "margin over k=3 neighbours instead of 4" in caplog.text
+    assert list(filt.score([])) == [] and list(filt.filter(iter([]))) == []
+    # filter() scores the whole input at once: it keeps exactly the pairs score() accepts over the same input
+    scores = list(filt.score(list(zip(de, en))))
+    assert list(filt.filter(zip(de, en))) == [p for p, s in zip(zip(de, en), scores) if filt.accept(s)]
+    assert list(filt.filterfalse(zip(de, en))) == [p for p, s in zip(zip(de, en), scores) if not filt.accept(s)]
+
+
 def opuscleaner_clean() -> str:
     runner = os.environ.get("HF_LASER_OPUSCLEANER_CLEAN") or shutil.which("opuscleaner-clean")
     if not runner:

@@ -132,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
         embed_dir.mkdir(parents=True, exist_ok=True)
         src, tgt = input_files(args, embed_dir)
         n = aligned_lines(src, tgt)
+        if n == 0:  # (a filter in a pipeline may be handed nothing): empty outputs
+            with Outputs(outputs):
+                pass
+            print(f"{WHO}: the corpus is empty: nothing to score", file=sys.stderr)
+            return 0
         if args.method == "margin" and args.k > n:
             raise UsageError(f"-k {args.k} is larger than the corpus ({n:,} pairs): the margin needs k <= the number "
                              "of pairs; give a smaller -k, or --method cosine")
@@ -262,8 +267,6 @@ def aligned_lines(src: str, tgt: str) -> int:
     n, m = scan_input(src, sha256=False)["lines"], scan_input(tgt, sha256=False)["lines"]
     if n != m:
         raise UsageError(f"the two sides are not aligned: {src} has {n:,} lines, {tgt} {m:,}")
-    if n == 0:
-        raise UsageError(f"the corpus is empty ({src})")
     return n
 
 

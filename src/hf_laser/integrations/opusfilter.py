@@ -18,7 +18,8 @@ sentences, or the cosine; any LASER model or model set, each side by the member 
 
 What the margin's corpus is: in a `filter` step, the whole input (the pairs go to two temporary files, are embedded
 and searched there, and the kept ones are read back: memory holds no text); in a `score` step (and in
-`filterfalse`), each chunk OpusFilter hands over (`common: chunksize`, default 100,000 pairs). The scores agree with
+`filterfalse`), each chunk OpusFilter hands over (`common: chunksize`, default 100,000 pairs; a chunk of fewer than
+`k` pairs is scored with `k` = its size, with a warning). The scores agree with
 `hf-laser score` on the same pairs (`tests/test_score_integrations.py`).
 
 OpusFilter is imported when the class is first asked for (`pip install opusfilter`, not a dependency of hf-laser).
@@ -26,6 +27,7 @@ OpusFilter is imported when the class is first asked for (`pip install opusfilte
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -35,6 +37,8 @@ from ..errors import UsageError
 from ..mining.scoring import check_method, default_threshold, score_files
 
 __all__ = ["LaserScoreFilter", "laser_score_filter_class"]
+
+logger = logging.getLogger(__name__)
 
 _CLASS = None
 
@@ -100,17 +104,21 @@ class LaserScoreMixin:
         except (OSError, ValueError, UsageError) as err:
             raise ConfigurationError(f"LaserScoreFilter: cannot load the model {model}: {err}") from None
 
-    def scores_of_files(self, src: Path, tgt: Path, work: Path):
+    def scores_of_files(self, src: Path, tgt: Path, work: Path, n: int):
+        k = self.k
+        if self.method == "margin" and n < k:  # a last chunk of a score step can be this small
+            logger.warning("LaserScoreFilter: a chunk of %d pairs: margin over k=%d neighbours instead of %d", n, n, k)
+            k = n
         return score_files(self.encoder, src, tgt, work, src_lang=self.languages[0], tgt_lang=self.languages[1],
                            encode_kwargs={"show_progress_bar": False}, method=self.method, margin=self.margin,
-                           k=self.k, show_progress=False)
+                           k=k, show_progress=False)
 
     def score(self, pairs: Iterable) -> Iterator[float]:
         with tempfile.TemporaryDirectory(prefix="hf_laser_opusfilter_") as tmp:
             src, tgt, n = write_pairs(pairs, Path(tmp))
             if n == 0:
                 return
-            yield from (float(s) for s in self.scores_of_files(src, tgt, Path(tmp) / "work"))
+            yield from (float(s) for s in self.scores_of_files(src, tgt, Path(tmp) / "work", n))
 
     def accept(self, score) -> bool:
         return float(f"{float(score):.6f}") >= self.threshold
@@ -120,7 +128,7 @@ class LaserScoreMixin:
             src, tgt, n = write_pairs(pairs, Path(tmp))
             if n == 0:
                 return
-            scores = self.scores_of_files(src, tgt, Path(tmp) / "work")
+            scores = self.scores_of_files(src, tgt, Path(tmp) / "work", n)
             with open(src, encoding="utf-8", errors="surrogateescape", newline="\n") as fs, \
                     open(tgt, encoding="utf-8", errors="surrogateescape", newline="\n") as ft:
                 for score, s, t in zip(scores, fs, ft):
