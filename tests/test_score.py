@@ -12,12 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SHARED, require_shared
 
 pytest.importorskip("faiss")
 
-from hf_laser.mining import mine, pair_cosines, score_pairs  # noqa: E402
+from hf_laser.mining import mine, pair_cosines, score_pairs
 
 FLORES = SHARED / "data" / "parallel" / "valid" / "flores200-devtest"
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import SHARED, require_shared
 
 pytest.importorskip("faiss")
@@ -179,7 +178,10 @@ def test_filter_definition_is_opuscleaners_format():
 
 
 def test_written_filter_definition_is_the_printed_one(tmp_path):
-    from hf_laser.integrations.opuscleaner import opuscleaner_filter, write_opuscleaner_filter
+    from hf_laser.integrations.opuscleaner import (
+        opuscleaner_filter,
+        write_opuscleaner_filter,
+    )
 
     path = write_opuscleaner_filter(tmp_path)
     assert path.name == "hf_laser_score.json" and json.loads(path.read_text()) == opuscleaner_filter()

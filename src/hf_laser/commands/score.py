@@ -170,13 +170,17 @@ def check_arguments(args: argparse.Namespace) -> dict:
     for flag, lang in (("--src-lang", args.src_lang), ("--tgt-lang", args.tgt_lang)):
         if isinstance(lang, str) and lang.strip().lower() == "auto":
             raise UsageError(f"{flag} auto: a corpus side has one language; give it (--check-lang checks it)")
+    if args.check_lang and (args.pretokenized or None in (args.src_lang, args.tgt_lang)):
+        raise UsageError("--check-lang detects the language of text: give --src-lang and --tgt-lang, without "
+                         "--pretokenized")
     check_device_arg(args.device)
     check_encoding_args(args)
     if args.k < 1:
         raise UsageError(f"-k must be at least 1, got {args.k}")
     for path in [args.src, args.tgt] + ([] if args.tsv in (None, "-") else [args.tsv]):
         if path is not None and not Path(path).is_file() and not is_stream(path):
-            raise UsageError(f"input file not found: {path}" if not Path(path).exists() else f"input {path} is not a file")
+            raise UsageError(f"input file not found: {path}" if not Path(path).exists()
+                             else f"input {path} is not a file")
     outputs = {"scores": args.output, "keep": args.keep, "removed": args.removed}
     given = {role: path for role, path in outputs.items() if path is not None}
     if not given:
@@ -349,8 +353,10 @@ def reusable(output: Path, identity: dict, n: int) -> str | None:
 
 def compute_scores(args, encoder, src: str, tgt: str, n: int, embed_dir: Path, path: Path, show):
     """The scores of the corpus, `[n]` float64 in the `.npy` memory map `path`."""
-    # lazy: numpy, and mining imports tqdm (hf-laser --help imports neither)
+    # lazy: numpy (hf-laser --help imports none)
     import numpy as np
+
+    # lazy: mining imports numpy, tqdm
     from ..mining import score_pairs
 
     x, _ = _side_embeddings(lambda: encoder, src, args.src_lang, embed_dir, False, args, show)
@@ -398,11 +404,14 @@ class Outputs:
         return False
 
 
-def write_outputs(src: str, tgt: str, scores, n: int, threshold, langs, paths: dict, reused: bool, identity: dict, show):
+def write_outputs(src: str, tgt: str, scores, n: int, threshold, langs, paths: dict, reused: bool, identity: dict,
+                  show):
     """One pass over both sides: the scores (unless reused) and their manifest, the kept and removed pairs. Counts,
     or None without a threshold."""
-    # lazy: tqdm, encoder and outputs import numpy (hf-laser --help imports none)
+    # lazy: tqdm (hf-laser --help imports none)
     from tqdm.auto import tqdm
+
+    # lazy: encoder and outputs import numpy
     from ..encoder import read_lines
     from ..outputs import file_sha256, write_json_atomic
 

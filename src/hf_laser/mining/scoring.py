@@ -35,8 +35,16 @@ from .embeddings import as_embeddings, l2_normalize
 from .margin import margin_function, neighbourhood_mean
 from .search import canonical_neighbours, knn_search
 
-__all__ = ["SCORE_METHODS", "SCORE_MARGINS", "DEFAULT_THRESHOLDS", "default_threshold", "pair_cosines",
-           "score_pairs", "score_sentences", "score_files"]
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "SCORE_MARGINS",
+    "SCORE_METHODS",
+    "default_threshold",
+    "pair_cosines",
+    "score_files",
+    "score_pairs",
+    "score_sentences",
+]
 
 SCORE_METHODS = ("margin", "cosine")
 SCORE_MARGINS = ("ratio", "distance")
@@ -118,8 +126,8 @@ def score_pairs(src_embeddings, tgt_embeddings, *, method: str = "margin", margi
         raise ValueError(f"k={k}: the margin needs 1 <= k <= the number of pairs ({len(x)}); use a smaller k, or "
                          "the cosine")
     f = margin_function(margin)
-    kw = dict(index=index, device=device, query_batch_size=query_batch_size, shard_size=shard_size, nlist=nlist,
-              nprobe=nprobe, refine=refine, show_progress=show_progress)
+    kw = {"index": index, "device": device, "query_batch_size": query_batch_size, "shard_size": shard_size,
+          "nlist": nlist, "nprobe": nprobe, "refine": refine, "show_progress": show_progress}
     arrays = KnnArrays(knn_dir, len(x), k)
     with arrays.locked():
         means = []
