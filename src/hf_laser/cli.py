@@ -1,4 +1,4 @@
-"""`hf-laser` command line: convert, download, embed, tokenize, mine, embed-shards, similar, push, serve.
+"""`hf-laser` command line: convert, download, embed, tokenize, mine, score, embed-shards, similar, push, serve.
 
 Each subcommand's arguments and handler live in its module under `hf_laser/commands/` (`add_arguments` / `run`);
 this file only assembles them, importing a subcommand's module when that subcommand is asked for, so that
@@ -27,6 +27,8 @@ SUBCOMMANDS = {
     "tokenize": ("tokenize",
                  "run the LASER preprocessing (+ BPE/SentencePiece) over a file, one output line per input line"),
     "mine": ("mine", "mine parallel sentences with margin-based scoring"),
+    "score": ("score",
+              "score the pairs of a parallel corpus (margin or cosine) and keep those at or above a threshold"),
     "embed-shards": ("embed_shards",
                      "embed text files into shards for mine --embed-dir, one process per rank (multi-GPU / nodes)"),
     "decode": ("decode", "SONAR sentence embeddings (.npy) back into text with SONAR's text decoder"),

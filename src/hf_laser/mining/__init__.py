@@ -65,7 +65,8 @@ Files
 -----
 ``embeddings.py`` (matrices that need not fit in memory), ``index.py`` (faiss: import, device, index building),
 ``search.py`` (kNN search, top-k merging), ``margin.py`` (margin scoring), ``selection.py`` (candidate selection),
-``pairs.py`` (:func:`mine`, :func:`mine_sentences`), ``dedup.py`` (unique lines), ``lines.py`` (text files by line
+``pairs.py`` (:func:`mine`, :func:`mine_sentences`), ``scoring.py`` (the pairs of a parallel corpus scored one
+by one: :func:`score_pairs`, :func:`score_sentences`, :func:`score_files`; ``hf-laser score``), ``dedup.py`` (unique lines), ``lines.py`` (text files by line
 number, :class:`LineReader` for any line where it is), ``shards.py`` (multi-process embedding into shards and their
 manifests). Everything listed in ``__all__`` is importable from ``hf_laser.mining`` itself.
 """
@@ -79,6 +80,16 @@ from .index import build_index, faiss_gpu_available, index_factory_string, requi
 from .lines import LineReader, count_lines, iter_lines, read_lines_at
 from .margin import MARGINS, best_candidates, margin_function, neighbourhood_mean, score_candidates
 from .pairs import MinedPairs, mine, mine_sentences
+from .scoring import (
+                      DEFAULT_THRESHOLDS,
+                      SCORE_MARGINS,
+                      SCORE_METHODS,
+                      default_threshold,
+                      pair_cosines,
+                      score_files,
+                      score_pairs,
+                      score_sentences,
+)
 from .search import knn_search, merge_topk
 from .selection import MODE_ALIASES, MODES, select_best, select_pairs  # noqa: F401 (MODE_ALIASES: the command line's choices)
 from .shards import (  # noqa: F401
@@ -117,6 +128,14 @@ __all__ = [
     "deduplicate",
     "deduplicate_file",
     "mine_sentences",
+    "SCORE_METHODS",
+    "SCORE_MARGINS",
+    "DEFAULT_THRESHOLDS",
+    "default_threshold",
+    "pair_cosines",
+    "score_pairs",
+    "score_sentences",
+    "score_files",
     "iter_lines",
     "count_lines",
     "read_lines_at",
