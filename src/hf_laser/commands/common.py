@@ -144,13 +144,15 @@ def add_engine_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_speed_argument(parser: argparse.ArgumentParser) -> None:
-    """`--speed` of the commands that embed with a model from disk ([`hf_laser.speed`])."""
+    """`--speed` of the commands that embed with a model from disk ([`hf_laser.speed`]); its help names only the
+    options of `parser` it replaces (add it after `--dtype` / `--int8` / `--engine` where a command has them)."""
+    replaced = [flag for flag in ("--dtype", "--int8", "--engine") if flag in parser._option_string_actions]
+    instead = f" instead of {'/'.join(replaced)}" if replaced else ""
     parser.add_argument("--speed", choices=["auto", "fp32", "bf16", "int8"], default=None,
-                        help="speed mode instead of --dtype/--int8/--engine: fp32 (the original's numbers, fastest "
-                             "float32 engine), bf16, int8, or auto: the fastest mode on this CPU within the "
-                             "fidelity bounds (Tatoeba error within 0.2 points), said on stderr and recorded in the "
-                             "output's manifest; `hf-laser env` shows what auto picks here (default: float32 as "
-                             "--dtype/--engine say)")
+                        help=f"speed mode{instead}: fp32 (the original's numbers, fastest float32 engine), bf16, "
+                             "int8, or auto: the fastest mode on this CPU within the fidelity bounds (Tatoeba error "
+                             "within 0.2 points), said on stderr and recorded in the output's manifest; `hf-laser "
+                             "env` shows what auto picks here (default: float32)")
 
 
 def speed_kwargs(args: argparse.Namespace, *, dtype: str = "float32", int8: bool = False,

@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="model directory (from hf-laser convert) or Hub id (default: the shipped laser-mini)")
     parser.add_argument("--lang", default=None,
-                        help="language of the input, required: a code (en, fr, zh, ja, el ...: it selects the LASER "
-                             "preprocessing) or 'auto' to detect it per sentence (not needed with --pretokenized)")
+                        help="language of the input, required: a code (en, fr, cym_Latn ...: it selects the LASER "
+                             "preprocessing), a language name (Welsh) or 'auto' to detect it per sentence (not needed with --pretokenized)")
     parser.add_argument("--pretokenized", action="store_true",
                         help="input lines are already BPE/SentencePiece tokens separated by spaces")
     parser.add_argument("-i", "--input", default=None,

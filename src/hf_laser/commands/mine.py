@@ -49,8 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("tgt", help="target text file, one sentence per line")
     parser.add_argument("--model", default=None,
                         help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
-    parser.add_argument("--src-lang", required=True, help="source language code (tokenization)")
-    parser.add_argument("--tgt-lang", required=True, help="target language code (tokenization)")
+    parser.add_argument("--src-lang", required=True, help="source language: a code (de, deu_Latn) or a language name (German)")
+    parser.add_argument("--tgt-lang", required=True, help="target language: a code (en, eng_Latn) or a language name (English)")
     parser.add_argument("-o", "--output", required=True, help="output TSV: score<TAB>src<TAB>tgt, best first")
     parser.add_argument("--threshold", type=float, default=None,
                         help="keep pairs with score > THRESHOLD (default: keep all)")
@@ -69,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="when another run is writing the same embeddings in --embed-dir, wait for it (then reuse "
                         "them) instead of stopping with an error")
     parser.add_argument("--dedup", action="store_true",
-                        help="embed and search identical lines once (LASER --unify); outputs each unique pair once")
+                        help="embed and search identical lines once (what the original's mining scripts call unify); "
+                             "outputs each unique pair once")
     parser.add_argument("--pretokenized", action="store_true", help="inputs are already tokenized + BPE'd")
     parser.add_argument("--index", default="flat",
                         help="faiss index: flat (exact, default), ivf, ivfpq, or a faiss factory string")
