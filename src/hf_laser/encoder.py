@@ -713,8 +713,10 @@ class LaserEncoder:
     def _encode_file(self, input_path, output_path, *, lang, pretokenized, fp16, max_tokens, batch_size, chunk_lines,
                      normalize_embeddings, device, show_progress_bar, resume, num_proc,
                      max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS, say=_say,
-                     fresh_reason: str = "resume=False", wait: bool = False) -> tuple[np.ndarray, dict]:
-        """[`encode_file`], also returning `{"lines", "computed", "resumed_at", "reused", "seconds"}`."""
+                     fresh_reason: str = "resume=False", wait: bool = False,
+                     manifest_info: dict | None = None) -> tuple[np.ndarray, dict]:
+        """[`encode_file`], also returning `{"lines", "computed", "resumed_at", "reused", "seconds"}`;
+        `manifest_info` goes into the manifest for information (not the identity: a model set's member)."""
         t0 = time.perf_counter()
         input_path, output_path = Path(input_path), Path(output_path)
         if input_path.is_dir():
@@ -824,7 +826,8 @@ class LaserEncoder:
                     files.discard_partial()
                     raise ValueError(f"{input_path} changed while it was being embedded; run again once it is final")
                 seconds = time.perf_counter() - t0
-                writer.commit(device=self._device_name(), seconds=round(seconds, 3), resumed_at=stats["resumed_at"])
+                writer.commit(**(manifest_info or {}), device=self._device_name(), seconds=round(seconds, 3),
+                              resumed_at=stats["resumed_at"])
             finally:
                 writer.close()
             stats.update(computed=n - stats["resumed_at"], seconds=seconds)

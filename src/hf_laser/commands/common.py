@@ -30,9 +30,11 @@ def max_sentence_tokens_arg(args: argparse.Namespace) -> int | None:
     return getattr(args, "max_sentence_tokens", DEFAULT_MAX_SENTENCE_TOKENS) or None
 
 
-def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwargs):
+def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, langs: dict[str, str | None] | None = None,
+                         **kwargs):
     """`LaserEncoder.from_pretrained(model, **kwargs)` for a command line: the model argument is checked first
-    ([`hf_laser.models.check_model_dir`]), and failures are [`UsageError`]s of one line."""
+    ([`hf_laser.models.check_model_dir`]), and failures are [`UsageError`]s of one line. `langs` (`{flag:
+    language}`): what the model does with them is said on stderr ([`say_languages`])."""
     # lazy: encoder imports numpy, tqdm
     from ..encoder import LaserEncoder
 
@@ -61,6 +63,8 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     if not pretokenized and getattr(encoder, "tokenizer", "n/a") is None:
         raise UsageError(f"{model} has no tokenizer (it was converted without --bpe-codes/--bpe-vocab or "
                          "--spm-model): give BPE-tokenized input with --pretokenized, or convert it again with them")
+    if langs and not pretokenized:
+        say_languages(encoder, who, langs)
     return encoder
 
 
@@ -74,15 +78,16 @@ def slow_cpu_dtype_message(dtype, device) -> str | None:
     return emulated_dtype_message(dtype, device, flag=f"--dtype {dtype_name}", int8="--int8")
 
 
-def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | None:
+def check_lang_arg(lang: str | None, who: str, flag: str = "--lang", *, note: bool = True) -> str | None:
     """A language argument: `auto`, an ISO 639 code (`fr`, `fra`, `en-US`, `eng_Latn`) or a language's English name
     as LASER3 lists them (`french`, `wolof`: returned as its FLORES-200 code, `fra_Latn`); anything else is a
     [`UsageError`] (`fr,en`, `123`, `../etc`). A well-formed code without LASER rules of its own is accepted with one
-    line on stderr (in place of the library's warning). Returns the language to use."""
+    line on stderr (in place of the library's warning; `note=False`: said later by [`load_encoder_for_cli`]'s
+    `langs`, once it knows whether the model is a set, which refuses such a code instead). Returns the language to
+    use."""
     # lazy: cli.py imports this module, and `hf-laser --help` does without the preprocessing's rules
     from ..text.langid import is_auto
     from ..text.languages import LANG_CODE, check_language
-    from ..text.preprocessing import KNOWN_CODES, normalize_lang, warned_codes
 
     if lang is None or is_auto(lang):
         return lang
@@ -94,13 +99,45 @@ def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | No
             return check_language(lang)
         except ValueError as err:
             raise UsageError(f"{flag} {err}") from None
+    if note:
+        _moses_defaults_note(lang, who)
+    return lang
+
+
+def _moses_defaults_note(lang: str, who: str) -> None:
+    """The one line that says a language code has no LASER rules of its own (once per code and process)."""
+    # lazy: cli.py imports this module, and `hf-laser --help` does without the preprocessing's rules
+    from ..text.preprocessing import KNOWN_CODES, normalize_lang, warned_codes
 
     code = normalize_lang(lang)
     if code not in KNOWN_CODES and code not in warned_codes:
         warned_codes.add(code)  # the library's UserWarning is replaced by this line
         print(f"{who}: note: no LASER preprocessing rules for language {lang!r}: using the Moses defaults (English "
               "non-breaking prefixes, generic punctuation rules)", file=sys.stderr)
-    return lang
+
+
+def say_languages(encoder, who: str, langs: dict[str, str | None]) -> None:
+    """What the model does with each language argument (`{flag: language}`, checked by [`check_lang_arg`] with
+    `note=False`), once per run on stderr: for a model set, the member that embeds it (a language the set has no
+    model for is a [`UsageError`] naming the flag); for one model, the Moses-defaults note of a code without LASER
+    rules."""
+    # lazy: model_set imports numpy; cli.py imports this module
+    from ..model_set import UnknownLanguage
+    from ..text.langid import is_auto
+
+    routed = callable(getattr(encoder, "describe_route", None))
+    said = set()
+    for flag, lang in langs.items():
+        if lang is None or is_auto(lang) or lang in said:
+            continue
+        said.add(lang)
+        if not routed:
+            _moses_defaults_note(lang, who)
+            continue
+        try:
+            print(f"{who}: {encoder.describe_route(lang)}", file=sys.stderr)
+        except UnknownLanguage as err:
+            raise UsageError(f"{flag}: {err}") from None
 
 
 def check_device_arg(device: str | None) -> None:

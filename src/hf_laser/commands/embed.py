@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     # every argument is checked before the model is loaded or any file is created
-    args.lang = check_lang_arg(args.lang, WHO)
+    args.lang = check_lang_arg(args.lang, WHO, note=False)  # (said once the model is known)
     check_device_arg(args.device)
     check_encoding_args(args)
     stdin = args.input in (None, "-")
@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
                          "--engine torch")
     loading = speed_kwargs(args, dtype=args.dtype, int8=args.int8, engine=args.engine)
     encoder = load_encoder_for_cli(resolve_model(args.model, who=WHO), WHO, pretokenized=args.pretokenized,
-                                   device=None if args.device == "cpu" else args.device, **loading)
+                                   langs={"--lang": args.lang}, device=None if args.device == "cpu" else args.device,
+                                   **loading)
     tmp = None
     try:
         if stdin or stream:

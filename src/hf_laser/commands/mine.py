@@ -208,8 +208,8 @@ def run(args: argparse.Namespace) -> int:
     for p in (args.src, args.tgt):
         if not Path(p).is_file():
             raise FileNotFoundError(f"input file not found: {p}" if not Path(p).exists() else f"input {p} is not a file")
-    args.src_lang = check_lang_arg(args.src_lang, WHO, "--src-lang")
-    args.tgt_lang = check_lang_arg(args.tgt_lang, WHO, "--tgt-lang")
+    args.src_lang = check_lang_arg(args.src_lang, WHO, "--src-lang", note=False)
+    args.tgt_lang = check_lang_arg(args.tgt_lang, WHO, "--tgt-lang", note=False)
     check_device_arg(args.device)
     check_encoding_args(args)
     check_output_path(args.output)  # before minutes of work, not after
@@ -220,7 +220,8 @@ def run(args: argparse.Namespace) -> int:
     def get_encoder():
         nonlocal encoder
         if encoder is None:
-            encoder = load_encoder_for_cli(model, WHO,
+            encoder = load_encoder_for_cli(model, WHO, langs={"--src-lang": args.src_lang,
+                                                             "--tgt-lang": args.tgt_lang},
                                            pretokenized=args.pretokenized, device=args.device,
                                            **({"speed": args.speed} if args.speed else {}))
         return encoder
