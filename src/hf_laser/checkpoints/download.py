@@ -37,7 +37,7 @@ architecture's 16 heads). Before anything is fetched, one line says that SONAR's
 (non-commercial use only); the converted directory's model card says it too. Once converted, the directory is used
 as it is: no request, no check of the originals (which may then be deleted).
 
-`CACHE` is `$HF_LASER_CACHE` or `~/.cache/hf_laser/laser`; the address is `$HF_LASER_DOWNLOAD_URL` or
+`CACHE` is `$HF_LASER_DOWNLOAD_CACHE` or `~/.cache/hf_laser/laser`; the address is `$HF_LASER_DOWNLOAD_URL` or
 `https://dl.fbaipublicfiles.com/nllb/laser` (laser_encoders' `LaserModelDownloader`), and for SONAR
 `$HF_LASER_SONAR_DOWNLOAD_URL` or `https://dl.fbaipublicfiles.com/SONAR` (the card's addresses).
 """
@@ -56,6 +56,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..defaults import DOWNLOAD_CACHE_ENV, cache_from_env
 from ..errors import DISK_ERRNOS, UsageError
 from ..text.bpe import read_fields
 from ..text.languages import flores_codes, laser_languages
@@ -88,7 +89,8 @@ class DownloadCheckFailed(OSError):
     """A downloaded file is not what the server announced (size, MD5) or what the cache recorded (sha256)."""
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("HF_LASER_CACHE") or Path.home() / ".cache" / "hf_laser" / "laser")
+    """`$HF_LASER_DOWNLOAD_CACHE` or `~/.cache/hf_laser/laser` (the old `$HF_LASER_CACHE` with a FutureWarning)."""
+    return Path(cache_from_env(DOWNLOAD_CACHE_ENV) or Path.home() / ".cache" / "hf_laser" / "laser")
 
 
 def base_url() -> str:
