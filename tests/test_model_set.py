@@ -231,6 +231,10 @@ def test_command_line_embed_similar_mine_route_by_language(model_set, tmp_path, 
                      str(fr), "-k", "1", "--text", "Naka nga def?"]) == 0
     err = capsys.readouterr().err
     assert "embeds wo with its student for wol_Latn" in err and "embeds fr with its default model (laser2)" in err
+    assert cli_main(["embed-shards", "--model", str(model_set), "--embed-dir", str(tmp_path / "shards"), "--input",
+                     "wo", str(wo), "--input", "fr", str(fr), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("embeds wo with its student for wol_Latn") == 1 and err.count("embeds fr with its default") == 1
     pytest.importorskip("faiss")
     assert cli_main(["mine", "--model", str(model_set), str(wo), str(fr), "--src-lang", "wol_Latn", "--tgt-lang", "fr",
                      "-o", str(tmp_path / "pairs.tsv"), "-k", "1", "--no-progress"]) == 0

@@ -162,7 +162,10 @@ def run(args: argparse.Namespace) -> int:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank)) % torch.cuda.device_count()}"
         else:
             device = "cpu"
-    encoder = load_encoder_for_cli(model, WHO, pretokenized=args.pretokenized, device=device, **_speed(args))
+    # rank 0 says which member of a model set embeds each input's language (once, not once per rank)
+    langs = {f"--input {lang}": lang for lang, _ in args.input} if rank == 0 else None
+    encoder = load_encoder_for_cli(model, WHO, pretokenized=args.pretokenized, langs=langs, device=device,
+                                   **_speed(args))
     show = False if args.no_progress else None
     for lang, path in args.input:
         manifest = embed_shards(
