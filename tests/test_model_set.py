@@ -220,7 +220,13 @@ def test_command_line_embed_similar_mine_route_by_language(model_set, tmp_path, 
     np.testing.assert_allclose(np.load(tmp_path / "wo.npy"), wolof.encode(WOLOF, lang="wol_Latn"), atol=1e-6)
     assert cli_main(["embed", "--model", str(model_set), "--lang", "klingon", "-i", str(wo), "-o",
                      str(tmp_path / "k.npy")]) == 2
-    assert "'klingon' is not a language code" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'klingon' is not a language code" in err and "auto" not in err  # (a set refuses auto: not offered)
+    assert cli_main(["embed", "--model", str(model_set), "--lang", "auto", "-i", str(wo), "-o",
+                     str(tmp_path / "a.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "hf-laser embed: error: --lang auto cannot choose among a model set's models: give the " \
+        "language (a code or a name)"
     # a code a single model embeds with the Moses defaults is no language a set has a model for: one error, and no
     # note saying it will be embedded (#71)
     assert cli_main(["embed", "--model", str(model_set), "--lang", "xx", "-i", str(wo), "-o",

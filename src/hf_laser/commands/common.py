@@ -78,30 +78,47 @@ def slow_cpu_dtype_message(dtype, device) -> str | None:
     return emulated_dtype_message(dtype, device, flag=f"--dtype {dtype_name}", int8="--int8")
 
 
-def check_lang_arg(lang: str | None, who: str, flag: str = "--lang", *, note: bool = True) -> str | None:
+def check_lang_arg(lang: str | None, who: str, flag: str = "--lang", *, note: bool = True,
+                   auto: bool = True) -> str | None:
     """A language argument: `auto`, an ISO 639 code (`fr`, `fra`, `en-US`, `eng_Latn`) or a language's English name
     as LASER3 lists them (`french`, `wolof`: returned as its FLORES-200 code, `fra_Latn`); anything else is a
     [`UsageError`] (`fr,en`, `123`, `../etc`). A well-formed code without LASER rules of its own is accepted with one
     line on stderr (in place of the library's warning; `note=False`: said later by [`load_encoder_for_cli`]'s
-    `langs`, once it knows whether the model is a set, which refuses such a code instead). Returns the language to
-    use."""
+    `langs`, once it knows whether the model is a set, which refuses such a code instead). `auto=False` (the model
+    is a set, [`names_a_model_set`]): `auto` is refused, and no message offers it. Returns the language to use."""
     # lazy: cli.py imports this module, and `hf-laser --help` does without the preprocessing's rules
     from ..text.langid import is_auto
     from ..text.languages import LANG_CODE, check_language
 
-    if lang is None or is_auto(lang):
+    if lang is None:
+        return lang
+    if is_auto(lang):
+        if not auto:
+            raise UsageError(f"{flag} auto cannot choose among a model set's models: give the language (a code or a "
+                             "name)")
         return lang
     if not lang.strip():
-        raise UsageError(f"{flag} lang is an empty string: give a language code (en, fr, zh, ...) or auto")
+        raise UsageError(f"{flag} lang is an empty string: give a language code (en, fr, zh, ...)"
+                         + (" or auto" if auto else ""))
 
     if not LANG_CODE.match(lang):
         try:
-            return check_language(lang)
+            return check_language(lang, auto=auto)
         except ValueError as err:
             raise UsageError(f"{flag} {err}") from None
     if note:
         _moses_defaults_note(lang, who)
     return lang
+
+
+def names_a_model_set(model) -> bool:
+    """Whether a `--model` argument names a model set, known without loading or fetching anything (a shipped set
+    such as `laser-mini-set`, or a local directory with `laser_model_set.json`)."""
+    # lazy: cli.py imports this module, and `hf-laser --help` does without the models' resolver
+    from ..model_set import is_model_set
+    from ..models import shipped_model
+
+    return model is not None and is_model_set(shipped_model(model) or model)
 
 
 def _moses_defaults_note(lang: str, who: str) -> None:

@@ -22,6 +22,7 @@ from .common import (
     is_stream,
     load_encoder_for_cli,
     max_sentence_tokens_arg,
+    names_a_model_set,
     speed_kwargs,
     spool_stream,
 )
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     # every argument is checked before the model is loaded or any file is created
-    args.lang = check_lang_arg(args.lang, WHO, note=False)  # (said once the model is known)
+    args.lang = check_lang_arg(args.lang, WHO, note=False,  # (said once the model is known)
+                               auto=not names_a_model_set(args.model))
     check_device_arg(args.device)
     check_encoding_args(args)
     stdin = args.input in (None, "-")

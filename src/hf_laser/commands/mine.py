@@ -34,6 +34,7 @@ from .common import (
     connect_ray,
     load_encoder_for_cli,
     max_sentence_tokens_arg,
+    names_a_model_set,
     ray_on_a_cluster,
 )
 
@@ -208,8 +209,9 @@ def run(args: argparse.Namespace) -> int:
     for p in (args.src, args.tgt):
         if not Path(p).is_file():
             raise FileNotFoundError(f"input file not found: {p}" if not Path(p).exists() else f"input {p} is not a file")
-    args.src_lang = check_lang_arg(args.src_lang, WHO, "--src-lang", note=False)
-    args.tgt_lang = check_lang_arg(args.tgt_lang, WHO, "--tgt-lang", note=False)
+    routed = names_a_model_set(args.model)
+    args.src_lang = check_lang_arg(args.src_lang, WHO, "--src-lang", note=False, auto=not routed)
+    args.tgt_lang = check_lang_arg(args.tgt_lang, WHO, "--tgt-lang", note=False, auto=not routed)
     check_device_arg(args.device)
     check_encoding_args(args)
     check_output_path(args.output)  # before minutes of work, not after

@@ -18,7 +18,7 @@ import numpy as np
 from ..models import resolve_model
 from ..text.langid import detect, is_auto
 from ..text.text_tokenizer import check_lang_argument
-from .common import check_device_arg, check_lang_arg, load_encoder_for_cli
+from .common import check_device_arg, check_lang_arg, load_encoder_for_cli, names_a_model_set
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"-k must be at least 1, got {args.k}")
         check_lang_argument(args.lang)
         check_lang_argument(args.target_lang)
-        args.lang = check_lang_arg(args.lang, "hf-laser similar", note=False)
-        args.target_lang = check_lang_arg(args.target_lang, "hf-laser similar", "--target-lang", note=False)
+        routed = names_a_model_set(args.model)
+        args.lang = check_lang_arg(args.lang, "hf-laser similar", note=False, auto=not routed)
+        args.target_lang = check_lang_arg(args.target_lang, "hf-laser similar", "--target-lang", note=False,
+                                          auto=not routed)
         check_device_arg(args.device)
         queries = args.text if args.text else _read(args.input)
         targets = _read(args.target)
