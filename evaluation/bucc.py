@@ -266,7 +266,7 @@ def _unique_map(ids: Sequence[str], sentences: Sequence[str]) -> dict[str, str]:
 def mine_candidates(encoder, split: BuccSplit, *, k: int = 4, margin: str = "ratio", mode: str = "max",
                     index: str = "flat", dedup: bool = True, knn_device: str | None = None,
                     encode_kwargs: dict | None = None,
-                    show_progress: bool | None = False) -> dict[tuple[str, str], float]:
+                    show_progress: bool | None = None) -> dict[tuple[str, str], float]:
     """Mine one split and return ``{(src_id, tgt_id): margin score}``.
 
     As in LASER's ``bucc.py``, candidates are mapped back to ids through their text, a sentence that occurs more than
@@ -338,13 +338,15 @@ def evaluate_bucc(encoder, folder: str | Path | None = None, pair: str = "de-en"
                   eval_split: str = "sample", *, hub_repo: str | None = None, revision: str | None = None,
                   k: int = 4, margin: str = "ratio", mode: str = "max", index: str = "flat", dedup: bool = True,
                   max_sentences: int | None = None, seed: int = 0, knn_device: str | None = None,
-                  encode_kwargs: dict | None = None, show_progress: bool | None = False) -> dict:
+                  encode_kwargs: dict | None = None, show_progress: bool | None = None) -> dict:
     """BUCC evaluation of one pair: threshold optimised on ``train_split``, P/R/F1 on ``eval_split``.
 
     Args:
         encoder: an object with ``encode(sentences, lang=..., **encode_kwargs) -> [N, d]`` (a ``LaserEncoder``).
         folder: local folder with the BUCC files (``.../mining`` or ``.../mining/de-en``), or None with ``hub_repo``.
         max_sentences: subsample both splits to this many sentences per side (:func:`subsample_split`; quick checks).
+        show_progress: progress bars of the embedding and the search of each split (minutes on the full sets):
+            ``None`` (default) when stderr is a terminal.
 
     Returns:
         ``{"pair", "train_split", "eval_split", "threshold", "train": prf, "eval": prf, "eval_oracle": prf + threshold,
@@ -408,6 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--knn-device", default=None, choices=["auto", "cpu", "cuda"], help="faiss device")
     parser.add_argument("--max-tokens", type=int, default=12000, help="encoder token budget per batch")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress bars (there are none either when stderr is not a terminal)")
     args = parser.parse_args(argv)
     from hf_laser.models import resolve_model
 
@@ -427,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             encoder, args.data, pair, args.train_split, args.eval_split, hub_repo=args.hub, revision=args.revision,
             k=args.k, margin=args.margin, mode=args.mode, index=args.index, dedup=not args.no_dedup,
             max_sentences=args.max_sentences, knn_device=args.knn_device,
-            encode_kwargs={"max_tokens": args.max_tokens, "show_progress_bar": False},
+            encode_kwargs={"max_tokens": args.max_tokens}, show_progress=False if args.quiet else None,
         )
         results[pair] = r
         e = r["eval"]

@@ -12,7 +12,7 @@ complete), so an interrupted run never leaves a truncated entry; one process com
 wait for its lock, `<key>.npy.lock`, then reuse it); files are streamed through
 `LaserEncoder.encode_file`, which resumes where a killed run stopped.
 
-The default directory is `$HF_LASER_CACHE`, else `$XDG_CACHE_HOME/hf_laser/embeddings` (`~/.cache/...`).
+The default directory is `$HF_LASER_EMBEDDING_CACHE`, else `$XDG_CACHE_HOME/hf_laser/embeddings` (`~/.cache/...`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from hf_laser.defaults import EMBEDDING_CACHE_ENV, cache_from_env
 from hf_laser.encoder import batched, count_lines, read_lines
 from hf_laser.outputs import NpyFile, OutputFiles, model_identity, output_lock, write_json_atomic, write_npy_atomic
 
@@ -39,8 +40,11 @@ __all__ = ["EmbeddingCache", "default_cache_dir", "model_fingerprint", "texts_di
 
 
 def default_cache_dir() -> Path:
-    if os.environ.get("HF_LASER_CACHE"):
-        return Path(os.environ["HF_LASER_CACHE"])
+    """`$HF_LASER_EMBEDDING_CACHE`, else `$XDG_CACHE_HOME/hf_laser/embeddings` (the old `$HF_LASER_CACHE` is read with
+    a FutureWarning)."""
+    named = cache_from_env(EMBEDDING_CACHE_ENV)
+    if named:
+        return Path(named)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "hf_laser" / "embeddings"
 

@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--save-classifiers", action="store_true",
                    help="save the selected XNLI/MLDoc classifiers as LaserForSequenceClassification under OUT/")
     g.add_argument("--pretokenized", action="store_true", help="every input text is already BPE-tokenised")
-    g.add_argument("--cache-dir", default=None, help="embedding cache (default $HF_LASER_CACHE or ~/.cache/hf_laser)")
+    g.add_argument("--cache-dir", default=None, help="embedding cache (default $HF_LASER_EMBEDDING_CACHE or ~/.cache/hf_laser/embeddings)")
     g.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
     g.add_argument("--fp16-cache", action="store_true", help="cache float16 embeddings")
     g.add_argument("--device", default="cpu", help="encoder and classifier device (cpu, cuda, ...)")
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     iso3, iso1 = language_filter(_split(args.langs))
-    show = not args.quiet
+    show = not args.quiet and sys.stderr.isatty()  # progress bars: on a terminal only
     if args.threads:
         import torch
 

@@ -527,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pretokenized", action="store_true", help="the files are already BPE-tokenised")
     p.add_argument("--device", default=None, help="cpu (default), cuda, ...: encoder and search")
     p.add_argument("--max-tokens", type=int, default=12000, help="encoder token budget per batch")
-    p.add_argument("--cache-dir", default=None, help="embedding cache (default $HF_LASER_CACHE or ~/.cache/hf_laser)")
+    p.add_argument("--cache-dir", default=None, help="embedding cache (default $HF_LASER_EMBEDDING_CACHE or ~/.cache/hf_laser/embeddings)")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

@@ -68,7 +68,7 @@ def server(tmp_path, monkeypatch):
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     monkeypatch.setenv("HF_LASER_DOWNLOAD_URL", f"http://127.0.0.1:{httpd.server_address[1]}")
-    monkeypatch.setenv("HF_LASER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_LASER_DOWNLOAD_CACHE", str(tmp_path / "cache"))
     yield httpd
     httpd.shutdown()
     httpd.server_close()
@@ -149,6 +149,37 @@ def test_offline_says_what_to_fetch_and_where_then_converts_without_network(serv
     assert LaserEncoder.from_pretrained(tmp_path / "cache").route("wol") == "wol_Latn"
 
 
+def test_offline_tries_the_server_once_and_names_each_file_once(tmp_path, monkeypatch, capsys):
+    """#71: `download laser2 laser3 wol_Latn` offline listed laser2.spm and laser2.cvocab twice, tried every file
+    (each try waiting for the network), and imported torch first; in Python it said "run the same command"."""
+    import sys
+
+    from hf_laser.checkpoints import download
+
+    monkeypatch.setenv("HF_LASER_DOWNLOAD_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("HF_LASER_DOWNLOAD_CACHE", str(tmp_path / "cache"))
+    tried = []
+    transfer = download._transfer
+    monkeypatch.setattr(download, "_transfer", lambda url, *a, **k: (tried.append(url), transfer(url, *a, **k))[1])
+    monkeypatch.delitem(sys.modules, "hf_laser.checkpoints.convert", raising=False)
+    assert cli_main(["download", "laser2", "laser3", "wol_Latn"]) == 2
+    err = capsys.readouterr().err
+    assert "(laser2.pt, laser2.spm, laser2.cvocab, laser3-wol_Latn.v1.pt), put them in" in err, err
+    assert "run the same command again" in err
+    assert tried == ["http://127.0.0.1:9/laser2.pt"]
+    assert "hf_laser.checkpoints.convert" not in sys.modules  # (nothing to convert: torch is not waited for)
+    # a file already in the cache is used, the others are named
+    originals = tmp_path / "cache" / "originals"
+    (originals / "laser2.cvocab").write_text("a 1\n", encoding="utf-8")
+    tried.clear()
+    with pytest.raises(ModelsNotAvailable) as raised:
+        LaserEncoder.from_pretrained("laser2")
+    message = str(raised.value)
+    assert "(laser2.pt, laser2.spm), put them in" in message and "same command" not in message
+    assert "load 'laser2' again (from_pretrained('laser2'), or --model laser2)" in message
+    assert tried == ["http://127.0.0.1:9/laser2.pt"]
+
+
 def test_language_arguments():
     assert student_code("Wolof") == "wol_Latn" and student_code("am") == "amh_Ethi"
     with pytest.raises(ValueError, match="covered by LASER2: download laser2"):
@@ -168,3 +199,32 @@ def test_the_command_line_takes_the_names_python_takes(server, tmp_path, capsys)
                      "-o", str(tmp_path / "wo.npy")]) == 0, capsys.readouterr().err
     named = LaserEncoder.from_pretrained("laser3-wol_Latn")
     np.testing.assert_array_equal(np.load(tmp_path / "wo.npy"), named.encode(["Naka nga def?", "Jërëjëf."], lang="wo"))
+
+
+def test_one_environment_variable_per_cache(tmp_path, monkeypatch, recwarn):
+    """#71: `HF_LASER_CACHE` named both the download cache and the evaluation's embedding cache. Now one name each;
+    the old one is still read by both, with a FutureWarning naming the variable to set."""
+    import warnings
+
+    from evaluation.cache import default_cache_dir
+    from hf_laser import defaults
+    from hf_laser.checkpoints.download import cache_dir
+
+    monkeypatch.delenv("HF_LASER_CACHE", raising=False)
+    monkeypatch.setenv("HF_LASER_DOWNLOAD_CACHE", str(tmp_path / "downloads"))
+    monkeypatch.setenv("HF_LASER_EMBEDDING_CACHE", str(tmp_path / "embeddings"))
+    assert cache_dir() == tmp_path / "downloads" and default_cache_dir() == tmp_path / "embeddings"
+    monkeypatch.setenv("HF_LASER_CACHE", str(tmp_path / "old"))  # the new names win
+    assert cache_dir() == tmp_path / "downloads" and default_cache_dir() == tmp_path / "embeddings"
+    assert not [w for w in recwarn if "HF_LASER" in str(w.message)]
+
+    monkeypatch.delenv("HF_LASER_DOWNLOAD_CACHE")
+    monkeypatch.delenv("HF_LASER_EMBEDDING_CACHE")
+    monkeypatch.setattr(defaults, "_warned_legacy", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cache_dir() == tmp_path / "old" and default_cache_dir() == tmp_path / "old"
+        cache_dir()  # (said once per process and cache)
+    messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+    assert len(messages) == 2, messages
+    assert "set $HF_LASER_DOWNLOAD_CACHE instead" in messages[0] and "set $HF_LASER_EMBEDDING_CACHE" in messages[1]

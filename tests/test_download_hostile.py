@@ -138,7 +138,7 @@ def hostile(tmp_path, monkeypatch):
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     monkeypatch.setenv("HF_LASER_DOWNLOAD_URL", f"http://127.0.0.1:{httpd.server_address[1]}")
-    monkeypatch.setenv("HF_LASER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_LASER_DOWNLOAD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_LASER_DOWNLOAD_TIMEOUT", "1")
     monkeypatch.setenv("HF_LASER_DOWNLOAD_MIN_RATE", "20000")
     monkeypatch.setenv("HF_LASER_DOWNLOAD_MAX_BYTES", str(4 << 20))

@@ -90,7 +90,7 @@ def server(tmp_path, monkeypatch):
     thread.start()
     monkeypatch.setenv("HF_LASER_SONAR_DOWNLOAD_URL", f"http://127.0.0.1:{httpd.server_address[1]}")
     monkeypatch.setenv("HF_LASER_DOWNLOAD_URL", "http://127.0.0.1:9")  # LASER's address is not SONAR's
-    monkeypatch.setenv("HF_LASER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_LASER_DOWNLOAD_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)  # no local directory named sonar
     yield httpd
     httpd.shutdown()

@@ -199,3 +199,24 @@ def test_int8_quantized_encoder_is_close(tiny_dictionary_dir, fra_lines):
     assert cos.min() > 0.99
     with pytest.raises(ValueError, match="int8"):
         LaserEncoder.from_pretrained(tiny_dictionary_dir, quantize="int4")
+
+
+def test_int8_prints_no_torch_deprecation_warning(tmp_path):
+    """#71: `--speed int8` printed torch 2.13's three-line warning that quantized tensors are deprecated, on every
+    run. That one warning is silenced around the quantisation (in a fresh process: torch says it once per process);
+    the run's own lines are all that is left."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}, "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}  # (a normal run's warning filters)
+    run = subprocess.run([sys.executable, "-m", "hf_laser.cli", "embed", "--speed", "int8", "--lang", "fr", "-i",
+                          str(REPO / "examples" / "fr.txt"), "-o", str(tmp_path / "fr.npy")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "deprecated" not in run.stderr and "Warning" not in run.stderr, run.stderr
+    assert all(line.startswith("hf-laser embed: ") for line in run.stderr.splitlines()), run.stderr
+    assert np.load(tmp_path / "fr.npy").shape == (8, 1024)

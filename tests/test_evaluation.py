@@ -460,6 +460,32 @@ def test_mldoc_pipeline(cache, tmp_path):
                        pretokenized=True, show_progress=False, log=lambda m: None)
 
 
+# ---------------------------------------------------------------------------------------------- BUCC
+def test_bucc_shows_its_progress_on_a_terminal_only(tmp_path, capsys, monkeypatch):
+    """#71: a BUCC evaluation printed nothing for 3.7 minutes. The embedding and the search of each split show tqdm
+    bars when stderr is a terminal (or show_progress=True), none otherwise (the default in a pipe or a log)."""
+    pytest.importorskip("faiss")
+    import sys
+
+    from evaluation.bucc import evaluate_bucc
+    from hf_laser import DEFAULT_MODEL
+    from hf_laser.encoder import LaserEncoder
+
+    write_bucc(tmp_path / "mining")
+    encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL)
+    capsys.readouterr()
+    first = evaluate_bucc(encoder, tmp_path / "mining", "de-en")
+    assert capsys.readouterr().err == ""  # (stderr is no terminal here)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    again = evaluate_bucc(encoder, tmp_path / "mining", "de-en")
+    err = capsys.readouterr().err
+    assert err.count("embedding") >= 4 and "100%" in err, err  # both sides of both splits, each bar to its end
+    assert again["eval"] == first["eval"]
+    monkeypatch.undo()
+    evaluate_bucc(encoder, tmp_path / "mining", "de-en", show_progress=False)
+    assert capsys.readouterr().err == ""
+
+
 # ---------------------------------------------------------------------------------------------- run + hub
 @pytest.fixture(scope="module")
 def results_dir(tiny_dictionary_dir, tmp_path_factory):

@@ -197,26 +197,56 @@ def test_encode_file_uses_the_model_of_the_file_language(model_set, tmp_path):
     assert manifest["identity"]["model"] == wolof.model_identity()["model"]
     laser2 = LaserEncoder.from_pretrained(model_set / "laser2")
     assert manifest["identity"]["model"] != laser2.model_identity()["model"]
+    # and it names the member that embedded it (#71), outside the identity: manifests written before stay valid
+    assert manifest["model_set"] == {"set": str(model_set), "member": "wol_Latn",
+                                     "model": str((model_set / "laser3-wol_Latn").resolve())}
+    assert "model_set" not in manifest["identity"]
+    routed.encode_file(text, tmp_path / "fr.npy", lang="fr")
+    assert json.loads((tmp_path / "fr.npy.manifest.json").read_text())["model_set"]["member"] == "default"
 
 
 def test_command_line_embed_similar_mine_route_by_language(model_set, tmp_path, capsys):
     wo, fr = tmp_path / "wo.txt", tmp_path / "fr.txt"
     wo.write_text("\n".join(WOLOF) + "\n", encoding="utf-8")
     fr.write_text("\n".join(FRENCH) + "\n", encoding="utf-8")
+    capsys.readouterr()
     assert cli_main(["embed", "--model", str(model_set), "--lang", "wolof", "-i", str(wo), "-o",
                      str(tmp_path / "wo.npy"), "-q"]) == 0
+    # the member chosen is said once (#71), and recorded in the manifest
+    err = capsys.readouterr().err
+    assert err.count(f"{model_set.name} embeds wol_Latn with its student (laser3-wol_Latn)") == 1, err
+    assert json.loads((tmp_path / "wo.npy.manifest.json").read_text())["model_set"]["member"] == "wol_Latn"
     wolof = LaserEncoder.from_pretrained(model_set / "laser3-wol_Latn")
     np.testing.assert_allclose(np.load(tmp_path / "wo.npy"), wolof.encode(WOLOF, lang="wol_Latn"), atol=1e-6)
     assert cli_main(["embed", "--model", str(model_set), "--lang", "klingon", "-i", str(wo), "-o",
                      str(tmp_path / "k.npy")]) == 2
-    assert "'klingon' is not a language code" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'klingon' is not a language code" in err and "auto" not in err  # (a set refuses auto: not offered)
+    assert cli_main(["embed", "--model", str(model_set), "--lang", "auto", "-i", str(wo), "-o",
+                     str(tmp_path / "a.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "hf-laser embed: error: --lang auto cannot choose among a model set's models: give the " \
+        "language (a code or a name)"
+    # a code a single model embeds with the Moses defaults is no language a set has a model for: one error, and no
+    # note saying it will be embedded (#71)
+    assert cli_main(["embed", "--model", str(model_set), "--lang", "xx", "-i", str(wo), "-o",
+                     str(tmp_path / "xx.npy")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown language 'xx'" in err and "Moses defaults" not in err and not (tmp_path / "xx.npy").exists()
     assert cli_main(["similar", "--model", str(model_set), "--lang", "wo", "--target-lang", "fr", "--target",
                      str(fr), "-k", "1", "--text", "Naka nga def?"]) == 0
-    capsys.readouterr()
+    err = capsys.readouterr().err
+    assert "embeds wo with its student for wol_Latn" in err and "embeds fr with its default model (laser2)" in err
+    assert cli_main(["embed-shards", "--model", str(model_set), "--embed-dir", str(tmp_path / "shards"), "--input",
+                     "wo", str(wo), "--input", "fr", str(fr), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("embeds wo with its student for wol_Latn") == 1 and err.count("embeds fr with its default") == 1
     pytest.importorskip("faiss")
     assert cli_main(["mine", "--model", str(model_set), str(wo), str(fr), "--src-lang", "wol_Latn", "--tgt-lang", "fr",
                      "-o", str(tmp_path / "pairs.tsv"), "-k", "1", "--no-progress"]) == 0
     assert (tmp_path / "pairs.tsv").read_text(encoding="utf-8").strip()
+    err = capsys.readouterr().err
+    assert err.count("embeds wol_Latn with its student (laser3-wol_Latn)") == 1 and err.count("embeds fr with its default") == 1, err
 
 
 def test_serve_routes_each_input_and_lists_the_members(model_set):
@@ -235,14 +265,22 @@ def test_serve_routes_each_input_and_lists_the_members(model_set):
         laser2 = LaserEncoder.from_pretrained(model_set / "laser2")
         np.testing.assert_allclose(emb[[0, 2]], wolof.encode([WOLOF[0], WOLOF[1]], lang="wol_Latn"), atol=1e-6)
         np.testing.assert_allclose(emb[1], laser2.encode(FRENCH[0], lang="fr"), atol=1e-6)
-        assert [row["lang"] for row in got["data"]] == ["wol_Latn", "fr", "wol_Latn"]
-        ids = [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
+        # #71: one form of language in every answer (LASER's preprocessing code, as a single model's server says
+        # it), and the member that embedded each input, as /v1/models names it
+        assert [row["lang"] for row in got["data"]] == ["wo", "fr", "wo"]
         name = model_set.name
+        assert [row["model"] for row in got["data"]] == [f"{name}/wol_Latn", f"{name}/default", f"{name}/wol_Latn"]
+        ids = [m["id"] for m in requests.get(f"{server.url}/v1/models", timeout=10).json()["data"]]
         assert ids == [name, f"{name}/default", f"{name}/wol_Latn", f"{name}/zho_Hans", f"{name}/zho_Hant"]
         for lang, match in (("auto", "must name it"), ("klingon", "'klingon' is not a language code"),
                             ("qqq", "unknown language 'qqq'"), ("zh", "names 2 languages")):
             answer = requests.post(f"{server.url}/v1/embeddings", json={"input": WOLOF, "lang": lang}, timeout=30)
             assert answer.status_code == 400 and match in answer.json()["error"]["message"]
+        # a set refuses auto: no message of its suggests it (#71)
+        for lang in (["wo"], ["wo", "", "fr"], "fr,en", 7):
+            answer = requests.post(f"{server.url}/v1/embeddings", json={"input": WOLOF, "lang": lang}, timeout=30)
+            message = answer.json()["error"]["message"]
+            assert answer.status_code == 400 and "auto" not in message, message
         vec = requests.post(f"{server.url}/vectorize", data={"q": "\n".join(WOLOF), "lang": "wol_Latn"}, timeout=30)
         np.testing.assert_allclose(np.array(vec.json()["embedding"]), wolof.encode(WOLOF, lang="wol_Latn"), atol=1e-6)
         assert requests.get(f"{server.url}/health", timeout=10).json()["members"] == [

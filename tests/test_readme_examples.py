@@ -122,3 +122,47 @@ def test_the_serve_blocks(workdir):
         assert len(namespace["resp"].data[0].embedding) == 1024
     finally:
         srv.cleanup()
+
+
+def test_the_main_job_line_installs_what_the_main_job_needs(tmp_path):
+    """#71: the main-job line installs torch's CPU build (at the pinned version) and the package without extras, and
+    that is enough: in a virtual environment holding only hf_laser's required dependencies (no extra), the main job
+    and the first result run offline."""
+    import tomllib
+
+    from bare_venv import make_bare_venv
+    from packaging.requirements import Requirement
+
+    main_job = next(block for kind, block in BLOCKS if kind == "bash" and "hf-laser embed" in block)
+    assert len(main_job.strip().splitlines()) == 1, "the main job is one line"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    torch_pin = next(r for r in project["dependencies"] if Requirement(r).name == "torch")
+    installs = [c for c in shell_commands(main_job) if c.startswith("pip install")]
+    assert installs == [f"pip install {torch_pin} --index-url https://download.pytorch.org/whl/cpu",
+                        "pip install -e ."], installs
+
+    python = make_bare_venv(tmp_path / "venv", [Requirement(r).name for r in project["dependencies"]])
+    work = tmp_path / "work"
+    shutil.copytree(REPO / "examples", work / "examples")
+    first_result = next(block for kind, block in BLOCKS if kind == "bash" and "hf-laser similar" in block)
+    commands = [c for c in shell_commands(main_job) + shell_commands(first_result) if c.startswith("hf-laser ")]
+    assert [c.split()[1] for c in commands] == ["embed", "similar"]
+    for command in commands:
+        result = subprocess.run([str(python), "-m", "hf_laser.cli", *shlex.split(command)[1:]], cwd=work,
+                                env={**OFFLINE, "PYTHONPATH": str(REPO / "src")}, capture_output=True, text=True,
+                                timeout=600, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
+    assert np.load(work / "embeddings.npy").shape == (8, 1024)
+    assert "Le train pour Berlin" in result.stdout
+
+
+def test_the_search_demo_finds_its_answer(tmp_path):
+    """#71: the search command of the prose has its answer among the targets: the top hit is the translation, far
+    above the rest (a demo whose best hit scores 0.29 looks broken)."""
+    command = re.search(r"`(hf-laser similar --lang en --text [^`]+)`", README).group(1)
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    result = run_shell(command + " -k 2", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    hits = [line.split(None, 1) for line in result.stdout.splitlines() if line.startswith("    ")]
+    (best, sentence), (second, _) = hits
+    assert sentence == "[fr] Où puis-je acheter un billet pour le concert ?" and float(best) > 0.8 > float(second) + 0.5

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
 ENGINES = ("torch", "numpy", "auto")
 
 PROGRESS_BAR_MIN_SENTENCES = 10_000  # `encode`'s default progress-bar threshold
+# torch 2.13's warning when quantize_dynamic builds qint8 tensors (see from_pretrained(quantize="int8"))
+QUANTIZED_TENSOR_DEPRECATION = r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized tensor"
 PROGRESS_BAR_DELAY_S = 2.0  # `encode_file`'s bar appears only for runs longer than this
 PROGRESS_SAVE_S = 5.0  # `encode_file` saves what it computed of a chunk after this much work (an interrupt loses less)
 NUMPY_TOKEN_TABLE_BYTES = 256 << 20  # the NumPy engine's first-layer projections shared by a chunk's batches
@@ -325,7 +328,13 @@ class LaserEncoder:
             if slow:
                 warn_at_caller(slow)
             # the LSTM of a BiLSTM, the projections of a transformer (a BiLSTM encoder has no nn.Linear)
-            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM, torch.nn.Linear}, dtype=torch.qint8)
+            with warnings.catch_warnings():
+                # torch 2.13 deprecates the quantized tensors this call builds ("torch.quantize_per_tensor ... are
+                # deprecated", pytorch#184982): three lines of warning on every int8 load, about torch's future, not
+                # about this run; that one warning is silenced here, any other still shows
+                warnings.filterwarnings("ignore", message=QUANTIZED_TENSOR_DEPRECATION, category=UserWarning)
+                model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.LSTM, torch.nn.Linear},
+                                                               dtype=torch.qint8)
         if device is not None:
             model = model.to(device)
         if sonar:
@@ -713,8 +722,10 @@ class LaserEncoder:
     def _encode_file(self, input_path, output_path, *, lang, pretokenized, fp16, max_tokens, batch_size, chunk_lines,
                      normalize_embeddings, device, show_progress_bar, resume, num_proc,
                      max_sentence_tokens: int | None = DEFAULT_MAX_SENTENCE_TOKENS, say=_say,
-                     fresh_reason: str = "resume=False", wait: bool = False) -> tuple[np.ndarray, dict]:
-        """[`encode_file`], also returning `{"lines", "computed", "resumed_at", "reused", "seconds"}`."""
+                     fresh_reason: str = "resume=False", wait: bool = False,
+                     manifest_info: dict | None = None) -> tuple[np.ndarray, dict]:
+        """[`encode_file`], also returning `{"lines", "computed", "resumed_at", "reused", "seconds"}`;
+        `manifest_info` goes into the manifest for information (not the identity: a model set's member)."""
         t0 = time.perf_counter()
         input_path, output_path = Path(input_path), Path(output_path)
         if input_path.is_dir():
@@ -824,7 +835,8 @@ class LaserEncoder:
                     files.discard_partial()
                     raise ValueError(f"{input_path} changed while it was being embedded; run again once it is final")
                 seconds = time.perf_counter() - t0
-                writer.commit(device=self._device_name(), seconds=round(seconds, 3), resumed_at=stats["resumed_at"])
+                writer.commit(**(manifest_info or {}), device=self._device_name(), seconds=round(seconds, 3),
+                              resumed_at=stats["resumed_at"])
             finally:
                 writer.close()
             stats.update(computed=n - stats["resumed_at"], seconds=seconds)

@@ -23,6 +23,7 @@ tokenizer, as with a single model.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -236,6 +237,18 @@ class RoutedLaserEncoder:
             raise UnknownLanguage(f"{self.name} has no model for {lang!r} ({self._has()}) and no default model")
         return "default"
 
+    def describe_route(self, lang: str) -> str:
+        """Which member embeds `lang`, in words (what the command line says once per run):
+        `"laser-mini-set embeds cy with its student for cym_Latn (student-cy-en)"`."""
+        key = self.route(lang)
+        what = "its default model" if key == "default" else "its student" if key == lang else f"its student for {key}"
+        return f"{Path(self.name).name} embeds {lang} with {what} ({self.members()[key].resolve().name})"
+
+    def file_manifest_info(self, key: str) -> dict:
+        """What an output's manifest records of the member `key` that embedded it (for information: the identity
+        already holds that member's hashes)."""
+        return {"model_set": {"set": str(self.name), "member": key, "model": str(self.members()[key].resolve())}}
+
     def _has(self) -> str:
         students = sorted(self.student_paths)
         shown = ", ".join(students[:10]) + (f" and {len(students) - 10} more" if len(students) > 10 else "")
@@ -321,12 +334,18 @@ class RoutedLaserEncoder:
         """[`~encoder.LaserEncoder.encode_file`] by the model of `lang` (one language per file): the output's
         manifest names that model, so a resumed or reused output is always that model's."""
         key, member_lang = self._file_member(lang)
-        return self.member(key).encode_file(input_path, output_path, lang=member_lang, **kwargs)
+        member = self.member(key)
+        # the member's encode_file with its defaults, and the member named in the manifest
+        defaults = {name: p.default for name, p in inspect.signature(member.encode_file).parameters.items()
+                    if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "lang"}
+        return member._encode_file(input_path, output_path, lang=member_lang, **{**defaults, **kwargs},
+                                   manifest_info=self.file_manifest_info(key))[0]
 
     def _encode_file(self, input_path, output_path, *, lang: str | None = None, **kwargs):
         # what the command lines call (their messages in their words)
         key, member_lang = self._file_member(lang)
-        return self.member(key)._encode_file(input_path, output_path, lang=member_lang, **kwargs)
+        return self.member(key)._encode_file(input_path, output_path, lang=member_lang,
+                                             manifest_info=self.file_manifest_info(key), **kwargs)
 
     def _file_member(self, lang) -> tuple[str, str]:
         if not isinstance(lang, str):

@@ -37,7 +37,7 @@ architecture's 16 heads). Before anything is fetched, one line says that SONAR's
 (non-commercial use only); the converted directory's model card says it too. Once converted, the directory is used
 as it is: no request, no check of the originals (which may then be deleted).
 
-`CACHE` is `$HF_LASER_CACHE` or `~/.cache/hf_laser/laser`; the address is `$HF_LASER_DOWNLOAD_URL` or
+`CACHE` is `$HF_LASER_DOWNLOAD_CACHE` or `~/.cache/hf_laser/laser`; the address is `$HF_LASER_DOWNLOAD_URL` or
 `https://dl.fbaipublicfiles.com/nllb/laser` (laser_encoders' `LaserModelDownloader`), and for SONAR
 `$HF_LASER_SONAR_DOWNLOAD_URL` or `https://dl.fbaipublicfiles.com/SONAR` (the card's addresses).
 """
@@ -56,6 +56,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..defaults import DOWNLOAD_CACHE_ENV, cache_from_env
 from ..errors import DISK_ERRNOS, UsageError
 from ..text.bpe import read_fields
 from ..text.languages import flores_codes, laser_languages
@@ -80,11 +81,16 @@ SONAR_LICENCE = ("SONAR's weights are published by Meta under CC BY-NC 4.0: non-
 class ModelsNotAvailable(OSError):
     """The original files cannot be downloaded (offline, server error) and are not in the cache."""
 
+
+class ServerUnreachable(ModelsNotAvailable):
+    """The server cannot be reached at all (offline, no DNS, refused): no other file of it is tried."""
+
 class DownloadCheckFailed(OSError):
     """A downloaded file is not what the server announced (size, MD5) or what the cache recorded (sha256)."""
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("HF_LASER_CACHE") or Path.home() / ".cache" / "hf_laser" / "laser")
+    """`$HF_LASER_DOWNLOAD_CACHE` or `~/.cache/hf_laser/laser` (the old `$HF_LASER_CACHE` with a FutureWarning)."""
+    return Path(cache_from_env(DOWNLOAD_CACHE_ENV) or Path.home() / ".cache" / "hf_laser" / "laser")
 
 
 def base_url() -> str:
@@ -273,7 +279,7 @@ def _transfer(url: str, part: Path, have: int, name: str) -> tuple[str, int | No
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             if deadline.expired:
                 raise DownloadCheckFailed(slow) from None
-            raise ModelsNotAvailable(f"{url} cannot be reached ({str(getattr(err, 'reason', err))[:200]})") from None
+            raise ServerUnreachable(f"{url} cannot be reached ({str(getattr(err, 'reason', err))[:200]})") from None
         with response:
             length = response.headers.get("Content-Length")
             length = int(length) if length and length.isdigit() else None
@@ -411,16 +417,48 @@ def _write_sums(sums_file: Path, sums: dict[str, str]) -> None:
     os.replace(tmp, sums_file)
 
 
+AGAIN = "run the same command again"  # how the command line goes on once the files are in place
+
+
 def _missing_message(missing: list[str], originals: Path, reason: str, *, what: str = "the original LASER files",
-                     base: str | None = None) -> str:
+                     base: str | None = None, again: str = AGAIN) -> str:
     return (f"{what} cannot be downloaded ({reason}). Fetch them from {base or base_url()}/ "
-            f"({', '.join(missing)}), put them in {originals} and run the same command again: it converts them "
-            "without the network")
+            f"({', '.join(dict.fromkeys(missing))}), put them in {originals} and {again}: it converts them without "
+            "the network")
 
 
-def fetch_models(names: list[str], *, say=print) -> Path:
+def _again(name: str) -> str:
+    """How to go on once the files are in place, for a name given to `from_pretrained` or `--model`."""
+    return f"load {name!r} again (from_pretrained({name!r}), or --model {name})"
+
+
+def _fetch_all(files: list[str], originals: Path, base: str | None = None) -> tuple[list[str], str]:
+    """Downloads each of `files` once (where needed); `(the files that could not be, why)`. Once the server cannot
+    be reached at all, the files not in the cache are not tried (each try would wait for the network again)."""
+    missing, reason, unreachable = [], "", False
+    for name in dict.fromkeys(files):
+        if unreachable and not (originals / name).is_file():
+            missing.append(name)
+            continue
+        try:
+            download_file(name, originals, base)
+        except ModelsNotAvailable as err:
+            missing.append(name)
+            reason = str(err)
+            unreachable = unreachable or isinstance(err, ServerUnreachable)
+    return missing, reason
+
+
+def fetch_models(names: list[str], *, say=print, again: str = AGAIN) -> Path:
     """Downloads (where needed) and converts `names` (`"laser2"`, LASER3 FLORES codes) into the cache, updates the
-    cache's model set, and returns the cache directory (a model set: `LaserEncoder.from_pretrained(it)`)."""
+    cache's model set, and returns the cache directory (a model set: `LaserEncoder.from_pretrained(it)`).
+    [`ModelsNotAvailable`] names each file to fetch once, and how to go on (`again`)."""
+    root = cache_dir()
+    originals = root / "originals"
+    wanted = {name: model_files(name) for name in names}
+    missing, reason = _fetch_all([f for files in wanted.values() for f in files], originals)
+    if missing:  # (said before torch is imported: offline, at once)
+        raise ModelsNotAvailable(_missing_message(missing, originals, reason, again=again))
     # lazy: model_set imports numpy
     from ..model_set import read_model_set, write_model_set
     # lazy: checkpoints.convert imports numpy, torch, transformers
@@ -428,19 +466,6 @@ def fetch_models(names: list[str], *, say=print) -> Path:
     # lazy: fairseq_checkpoint imports torch
     from .fairseq_checkpoint import NotALaser3Checkpoint
 
-    root = cache_dir()
-    originals = root / "originals"
-    wanted = {name: model_files(name) for name in names}
-    missing, reason = [], ""
-    for files in wanted.values():
-        for name in files:
-            try:
-                download_file(name, originals)
-            except ModelsNotAvailable as err:
-                missing.append(name)
-                reason = str(err)
-    if missing:
-        raise ModelsNotAvailable(_missing_message(missing, originals, reason))
     for name, (checkpoint, spm, cvocab) in wanted.items():
         out = root / "converted" / ("laser2" if name == "laser2" else f"laser3-{name}")
         if (out / "config.json").is_file():
@@ -476,7 +501,7 @@ def sonar_dir() -> Path:
     return cache_dir() / "converted" / "sonar"
 
 
-def fetch_sonar(*, say=print) -> Path:
+def fetch_sonar(*, say=print, again: str = AGAIN) -> Path:
     """SONAR's text encoder, converted once into [`sonar_dir`] and returned; when it is not there, [`SONAR_LICENCE`]
     is said first, then [`SONAR_FILES`] are downloaded from [`sonar_base_url`] (where needed) and converted with
     the card's 16 heads. [`ModelsNotAvailable`] (what to fetch and where to put it) when they cannot be downloaded,
@@ -486,16 +511,10 @@ def fetch_sonar(*, say=print) -> Path:
         return out
     say(SONAR_LICENCE)
     originals = cache_dir() / "originals"
-    missing, reason = [], ""
-    for name in SONAR_FILES:
-        try:
-            download_file(name, originals, sonar_base_url())
-        except ModelsNotAvailable as err:
-            missing.append(name)
-            reason = str(err)
+    missing, reason = _fetch_all(SONAR_FILES, originals, sonar_base_url())
     if missing:
         raise ModelsNotAvailable(_missing_message(missing, originals, reason, what="SONAR's text encoder",
-                                                  base=sonar_base_url()))
+                                                  base=sonar_base_url(), again=again))
     # lazy: checkpoints.sonar imports torch, transformers
     from .sonar import NotASonarCheckpoint, convert_sonar, load_sonar_state
 
@@ -527,13 +546,15 @@ def resolve_named_model(name: str, *, download: bool = True) -> Path | None:
         if not (sonar_dir() / "config.json").is_file():
             if not download:
                 raise ModelsNotAvailable(_missing_message(SONAR_FILES, cache_dir() / "originals", "not downloaded",
-                                                          what="SONAR's text encoder", base=sonar_base_url()))
-            fetch_sonar(say=lambda m: print(f"hf_laser: {m}", file=sys.stderr))
+                                                          what="SONAR's text encoder", base=sonar_base_url(),
+                                                          again=_again(name)))
+            fetch_sonar(say=lambda m: print(f"hf_laser: {m}", file=sys.stderr), again=_again(name))
         return sonar_dir()
     key = match.group(2) or "laser2"
     out = cache_dir() / "converted" / ("laser2" if key == "laser2" else f"laser3-{key}")
     if not (out / "config.json").is_file():
         if not download:
-            raise ModelsNotAvailable(_missing_message(model_files(key), cache_dir() / "originals", "not downloaded"))
-        fetch_models([key], say=lambda m: print(f"hf_laser: {m}", file=sys.stderr))
+            raise ModelsNotAvailable(_missing_message(model_files(key), cache_dir() / "originals", "not downloaded",
+                                                      again=_again(name)))
+        fetch_models([key], say=lambda m: print(f"hf_laser: {m}", file=sys.stderr), again=_again(name))
     return out

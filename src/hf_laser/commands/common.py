@@ -30,9 +30,11 @@ def max_sentence_tokens_arg(args: argparse.Namespace) -> int | None:
     return getattr(args, "max_sentence_tokens", DEFAULT_MAX_SENTENCE_TOKENS) or None
 
 
-def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwargs):
+def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, langs: dict[str, str | None] | None = None,
+                         **kwargs):
     """`LaserEncoder.from_pretrained(model, **kwargs)` for a command line: the model argument is checked first
-    ([`hf_laser.models.check_model_dir`]), and failures are [`UsageError`]s of one line."""
+    ([`hf_laser.models.check_model_dir`]), and failures are [`UsageError`]s of one line. `langs` (`{flag:
+    language}`): what the model does with them is said on stderr ([`say_languages`])."""
     # lazy: encoder imports numpy, tqdm
     from ..encoder import LaserEncoder
 
@@ -61,6 +63,8 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     if not pretokenized and getattr(encoder, "tokenizer", "n/a") is None:
         raise UsageError(f"{model} has no tokenizer (it was converted without --bpe-codes/--bpe-vocab or "
                          "--spm-model): give BPE-tokenized input with --pretokenized, or convert it again with them")
+    if langs and not pretokenized:
+        say_languages(encoder, who, langs)
     return encoder
 
 
@@ -74,33 +78,83 @@ def slow_cpu_dtype_message(dtype, device) -> str | None:
     return emulated_dtype_message(dtype, device, flag=f"--dtype {dtype_name}", int8="--int8")
 
 
-def check_lang_arg(lang: str | None, who: str, flag: str = "--lang") -> str | None:
+def check_lang_arg(lang: str | None, who: str, flag: str = "--lang", *, note: bool = True,
+                   auto: bool = True) -> str | None:
     """A language argument: `auto`, an ISO 639 code (`fr`, `fra`, `en-US`, `eng_Latn`) or a language's English name
     as LASER3 lists them (`french`, `wolof`: returned as its FLORES-200 code, `fra_Latn`); anything else is a
     [`UsageError`] (`fr,en`, `123`, `../etc`). A well-formed code without LASER rules of its own is accepted with one
-    line on stderr (in place of the library's warning). Returns the language to use."""
+    line on stderr (in place of the library's warning; `note=False`: said later by [`load_encoder_for_cli`]'s
+    `langs`, once it knows whether the model is a set, which refuses such a code instead). `auto=False` (the model
+    is a set, [`names_a_model_set`]): `auto` is refused, and no message offers it. Returns the language to use."""
     # lazy: cli.py imports this module, and `hf-laser --help` does without the preprocessing's rules
     from ..text.langid import is_auto
     from ..text.languages import LANG_CODE, check_language
-    from ..text.preprocessing import KNOWN_CODES, normalize_lang, warned_codes
 
-    if lang is None or is_auto(lang):
+    if lang is None:
+        return lang
+    if is_auto(lang):
+        if not auto:
+            raise UsageError(f"{flag} auto cannot choose among a model set's models: give the language (a code or a "
+                             "name)")
         return lang
     if not lang.strip():
-        raise UsageError(f"{flag} lang is an empty string: give a language code (en, fr, zh, ...) or auto")
+        raise UsageError(f"{flag} lang is an empty string: give a language code (en, fr, zh, ...)"
+                         + (" or auto" if auto else ""))
 
     if not LANG_CODE.match(lang):
         try:
-            return check_language(lang)
+            return check_language(lang, auto=auto)
         except ValueError as err:
             raise UsageError(f"{flag} {err}") from None
+    if note:
+        _moses_defaults_note(lang, who)
+    return lang
+
+
+def names_a_model_set(model) -> bool:
+    """Whether a `--model` argument names a model set, known without loading or fetching anything (a shipped set
+    such as `laser-mini-set`, or a local directory with `laser_model_set.json`)."""
+    # lazy: cli.py imports this module, and `hf-laser --help` does without the models' resolver
+    from ..model_set import is_model_set
+    from ..models import shipped_model
+
+    return model is not None and is_model_set(shipped_model(model) or model)
+
+
+def _moses_defaults_note(lang: str, who: str) -> None:
+    """The one line that says a language code has no LASER rules of its own (once per code and process)."""
+    # lazy: cli.py imports this module, and `hf-laser --help` does without the preprocessing's rules
+    from ..text.preprocessing import KNOWN_CODES, normalize_lang, warned_codes
 
     code = normalize_lang(lang)
     if code not in KNOWN_CODES and code not in warned_codes:
         warned_codes.add(code)  # the library's UserWarning is replaced by this line
         print(f"{who}: note: no LASER preprocessing rules for language {lang!r}: using the Moses defaults (English "
               "non-breaking prefixes, generic punctuation rules)", file=sys.stderr)
-    return lang
+
+
+def say_languages(encoder, who: str, langs: dict[str, str | None]) -> None:
+    """What the model does with each language argument (`{flag: language}`, checked by [`check_lang_arg`] with
+    `note=False`), once per run on stderr: for a model set, the member that embeds it (a language the set has no
+    model for is a [`UsageError`] naming the flag); for one model, the Moses-defaults note of a code without LASER
+    rules."""
+    # lazy: model_set imports numpy; cli.py imports this module
+    from ..model_set import UnknownLanguage
+    from ..text.langid import is_auto
+
+    routed = callable(getattr(encoder, "describe_route", None))
+    said = set()
+    for flag, lang in langs.items():
+        if lang is None or is_auto(lang) or lang in said:
+            continue
+        said.add(lang)
+        if not routed:
+            _moses_defaults_note(lang, who)
+            continue
+        try:
+            print(f"{who}: {encoder.describe_route(lang)}", file=sys.stderr)
+        except UnknownLanguage as err:
+            raise UsageError(f"{flag}: {err}") from None
 
 
 def check_device_arg(device: str | None) -> None:
@@ -144,13 +198,15 @@ def add_engine_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_speed_argument(parser: argparse.ArgumentParser) -> None:
-    """`--speed` of the commands that embed with a model from disk ([`hf_laser.speed`])."""
+    """`--speed` of the commands that embed with a model from disk ([`hf_laser.speed`]); its help names only the
+    options of `parser` it replaces (add it after `--dtype` / `--int8` / `--engine` where a command has them)."""
+    replaced = [flag for flag in ("--dtype", "--int8", "--engine") if flag in parser._option_string_actions]
+    instead = f" instead of {'/'.join(replaced)}" if replaced else ""
     parser.add_argument("--speed", choices=["auto", "fp32", "bf16", "int8"], default=None,
-                        help="speed mode instead of --dtype/--int8/--engine: fp32 (the original's numbers, fastest "
-                             "float32 engine), bf16, int8, or auto: the fastest mode on this CPU within the "
-                             "fidelity bounds (Tatoeba error within 0.2 points), said on stderr and recorded in the "
-                             "output's manifest; `hf-laser env` shows what auto picks here (default: float32 as "
-                             "--dtype/--engine say)")
+                        help=f"speed mode{instead}: fp32 (the original's numbers, fastest float32 engine), bf16, "
+                             "int8, or auto: the fastest mode on this CPU within the fidelity bounds (Tatoeba error "
+                             "within 0.2 points), said on stderr and recorded in the output's manifest; `hf-laser "
+                             "env` shows what auto picks here (default: float32)")
 
 
 def speed_kwargs(args: argparse.Namespace, *, dtype: str = "float32", int8: bool = False,

@@ -19,11 +19,12 @@ HUB_ID = re.compile(r"[\w.\-]+/[\w.\-]+")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("models", nargs="+", metavar="laser2|laser3 LANG|sonar",
-                        help="laser2, and/or laser3 followed by the languages of the students to fetch (FLORES-200 "
-                        "codes such as wol_Latn, ISO 639 codes, or English names), and/or sonar (SONAR's text "
-                        "encoder: CC BY-NC 4.0, non-commercial use only), or one Hub model owner/name (a model directory or "
-                        "a whole model set, into the Hub cache; its local directory is printed)")
+    parser.add_argument("models", nargs="+", metavar="MODEL",
+                        help="what to fetch, any of: laser2 (one encoder for every language: no language after it); "
+                        "laser3 LANG [LANG ...] (the students of these languages: FLORES-200 codes such as wol_Latn, "
+                        "ISO 639 codes, or English names); sonar (SONAR's text encoder: CC BY-NC 4.0, non-commercial "
+                        "use only). Example: laser2 laser3 wol_Latn zul_Latn. Or, alone, a Hub model owner/name (a "
+                        "model directory or a whole model set, into the Hub cache; its local directory is printed)")
     parser.add_argument("--revision", default=None,
                         help="with owner/name: a branch, tag or commit id (default: the main branch)")
 

@@ -22,6 +22,7 @@ from .common import (
     is_stream,
     load_encoder_for_cli,
     max_sentence_tokens_arg,
+    names_a_model_set,
     speed_kwargs,
     spool_stream,
 )
@@ -33,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="model directory (from hf-laser convert) or Hub id (default: the shipped laser-mini)")
     parser.add_argument("--lang", default=None,
-                        help="language of the input, required: a code (en, fr, zh, ja, el ...: it selects the LASER "
-                             "preprocessing) or 'auto' to detect it per sentence (not needed with --pretokenized)")
+                        help="language of the input, required: a code (en, fr, cym_Latn ...: it selects the LASER "
+                             "preprocessing), a language name (Welsh) or 'auto' to detect it per sentence (not needed with --pretokenized)")
     parser.add_argument("--pretokenized", action="store_true",
                         help="input lines are already BPE/SentencePiece tokens separated by spaces")
     parser.add_argument("-i", "--input", default=None,
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     # every argument is checked before the model is loaded or any file is created
-    args.lang = check_lang_arg(args.lang, WHO)
+    args.lang = check_lang_arg(args.lang, WHO, note=False,  # (said once the model is known)
+                               auto=not names_a_model_set(args.model))
     check_device_arg(args.device)
     check_encoding_args(args)
     stdin = args.input in (None, "-")
@@ -86,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
                          "--engine torch")
     loading = speed_kwargs(args, dtype=args.dtype, int8=args.int8, engine=args.engine)
     encoder = load_encoder_for_cli(resolve_model(args.model, who=WHO), WHO, pretokenized=args.pretokenized,
-                                   device=None if args.device == "cpu" else args.device, **loading)
+                                   langs={"--lang": args.lang}, device=None if args.device == "cpu" else args.device,
+                                   **loading)
     tmp = None
     try:
         if stdin or stream:

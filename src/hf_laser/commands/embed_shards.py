@@ -46,14 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--world-size", type=int, default=None, help="number of processes (default: $WORLD_SIZE or 1)")
     parser.add_argument("--device", default=None,
                         help="encoder device (default: cuda:$LOCAL_RANK when CUDA is available, else cpu)")
-    parser.add_argument("--fp16", action="store_true")
+    parser.add_argument("--fp16", action="store_true", help="store float16 shards instead of float32")
     add_speed_argument(parser)
-    parser.add_argument("--pretokenized", action="store_true")
+    parser.add_argument("--pretokenized", action="store_true",
+                        help="input lines are already BPE/SentencePiece tokens separated by spaces (text files only)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                         help=f"token budget per batch, padding included (default {DEFAULT_MAX_TOKENS:,}, as the "
                              "original's)")
     add_max_sentence_tokens_argument(parser)
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (there is none either when stderr is not a terminal)")
     return parser
 
 
@@ -160,7 +162,10 @@ def run(args: argparse.Namespace) -> int:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank)) % torch.cuda.device_count()}"
         else:
             device = "cpu"
-    encoder = load_encoder_for_cli(model, WHO, pretokenized=args.pretokenized, device=device, **_speed(args))
+    # rank 0 says which member of a model set embeds each input's language (once, not once per rank)
+    langs = {f"--input {lang}": lang for lang, _ in args.input} if rank == 0 else None
+    encoder = load_encoder_for_cli(model, WHO, pretokenized=args.pretokenized, langs=langs, device=device,
+                                   **_speed(args))
     show = False if args.no_progress else None
     for lang, path in args.input:
         manifest = embed_shards(

@@ -34,6 +34,7 @@ from .common import (
     connect_ray,
     load_encoder_for_cli,
     max_sentence_tokens_arg,
+    names_a_model_set,
     ray_on_a_cluster,
 )
 
@@ -49,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("tgt", help="target text file, one sentence per line")
     parser.add_argument("--model", default=None,
                         help="HF LASER model directory or Hub repo id (default: the shipped laser-mini)")
-    parser.add_argument("--src-lang", required=True, help="source language code (tokenization)")
-    parser.add_argument("--tgt-lang", required=True, help="target language code (tokenization)")
+    parser.add_argument("--src-lang", required=True, help="source language: a code (de, deu_Latn) or a language name (German)")
+    parser.add_argument("--tgt-lang", required=True, help="target language: a code (en, eng_Latn) or a language name (English)")
     parser.add_argument("-o", "--output", required=True, help="output TSV: score<TAB>src<TAB>tgt, best first")
     parser.add_argument("--threshold", type=float, default=None,
                         help="keep pairs with score > THRESHOLD (default: keep all)")
@@ -69,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="when another run is writing the same embeddings in --embed-dir, wait for it (then reuse "
                         "them) instead of stopping with an error")
     parser.add_argument("--dedup", action="store_true",
-                        help="embed and search identical lines once (LASER --unify); outputs each unique pair once")
+                        help="embed and search identical lines once (what the original's mining scripts call unify); "
+                             "outputs each unique pair once")
     parser.add_argument("--pretokenized", action="store_true", help="inputs are already tokenized + BPE'd")
     parser.add_argument("--index", default="flat",
                         help="faiss index: flat (exact, default), ivf, ivfpq, or a faiss factory string")
@@ -207,8 +209,9 @@ def run(args: argparse.Namespace) -> int:
     for p in (args.src, args.tgt):
         if not Path(p).is_file():
             raise FileNotFoundError(f"input file not found: {p}" if not Path(p).exists() else f"input {p} is not a file")
-    args.src_lang = check_lang_arg(args.src_lang, WHO, "--src-lang")
-    args.tgt_lang = check_lang_arg(args.tgt_lang, WHO, "--tgt-lang")
+    routed = names_a_model_set(args.model)
+    args.src_lang = check_lang_arg(args.src_lang, WHO, "--src-lang", note=False, auto=not routed)
+    args.tgt_lang = check_lang_arg(args.tgt_lang, WHO, "--tgt-lang", note=False, auto=not routed)
     check_device_arg(args.device)
     check_encoding_args(args)
     check_output_path(args.output)  # before minutes of work, not after
@@ -219,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
     def get_encoder():
         nonlocal encoder
         if encoder is None:
-            encoder = load_encoder_for_cli(model, WHO,
+            encoder = load_encoder_for_cli(model, WHO, langs={"--src-lang": args.src_lang,
+                                                             "--tgt-lang": args.tgt_lang},
                                            pretokenized=args.pretokenized, device=args.device,
                                            **({"speed": args.speed} if args.speed else {}))
         return encoder

@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default=None, help="RESULTS_DIR of python -m evaluation.run (results.json, plots)")
     parser.add_argument("--private", action="store_true", help="create the repository as private")
     parser.add_argument("--revision", default=None, help="branch to commit to (created if missing)")
-    parser.add_argument("--commit-message", default=None)
+    parser.add_argument("--commit-message", default=None,
+                        help="the Hub commit's message (default: \"Upload LASER model with hf_laser\")")
     parser.add_argument("--averages-only", action="store_true",
                         help="model-index gets only the averages (the card's tables still list every language)")
     parser.add_argument("--card-out", default=None, help="also write the generated README.md here")

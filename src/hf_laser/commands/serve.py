@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="LASER tokens per request, </s> included (default 100,000; 413 above)")
     parser.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024,
                         help="request body size (default 16 MiB; 413 above)")
-    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                        help="the server's log level (uvicorn's; default info: start-up, errors, one line per request)")
     parser.add_argument("--no-access-log", action="store_true", help="no line per request on stdout")
 
 

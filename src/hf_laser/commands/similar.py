@@ -18,7 +18,7 @@ import numpy as np
 from ..models import resolve_model
 from ..text.langid import detect, is_auto
 from ..text.text_tokenizer import check_lang_argument
-from .common import check_device_arg, check_lang_arg, load_encoder_for_cli
+from .common import check_device_arg, check_lang_arg, load_encoder_for_cli, names_a_model_set
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,12 +64,15 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"-k must be at least 1, got {args.k}")
         check_lang_argument(args.lang)
         check_lang_argument(args.target_lang)
-        args.lang = check_lang_arg(args.lang, "hf-laser similar")
-        args.target_lang = check_lang_arg(args.target_lang, "hf-laser similar", "--target-lang")
+        routed = names_a_model_set(args.model)
+        args.lang = check_lang_arg(args.lang, "hf-laser similar", note=False, auto=not routed)
+        args.target_lang = check_lang_arg(args.target_lang, "hf-laser similar", "--target-lang", note=False,
+                                          auto=not routed)
         check_device_arg(args.device)
         queries = args.text if args.text else _read(args.input)
         targets = _read(args.target)
         encoder = load_encoder_for_cli(resolve_model(args.model, who="hf-laser similar"), "hf-laser similar",
+                                       langs={"--lang": args.lang, "--target-lang": args.target_lang},
                                        device=args.device)
     except (FileNotFoundError, ValueError, OSError) as err:
         print(f"hf-laser similar: error: {err}", file=sys.stderr)

@@ -25,8 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     src.add_argument("--spm-model", metavar="F", help="SentencePiece model (LASER2, *.spm)")
     parser.add_argument("--bpe-vocab", metavar="F", help="fastBPE vocabulary (LASER1, *.fvocab); needed with --bpe-codes")
     parser.add_argument("--lang", default=None,
-                        help="language of the input, required: a code (en, fr, zh, ja, el ...: it selects the LASER "
-                             "preprocessing) or 'auto' to detect it per sentence")
+                        help="language of the input, required: a code (en, fr, cym_Latn ...: it selects the LASER "
+                             "preprocessing), a language name (Welsh) or 'auto' to detect it per sentence")
     parser.add_argument(
         "--laser2-punct-lang",
         default=None,
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     try:
-        check_lang_arg(args.lang, WHO)
+        args.lang = check_lang_arg(args.lang, WHO)
         if args.input not in (None, "-") and not Path(args.input).exists():
             raise UsageError(f"input file not found: {args.input}")  # as hf-laser embed says it
         if args.input not in (None, "-") and Path(args.input).is_dir():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +210,10 @@ def mine_sentences(
     if len(tgt_sentences) == 0:
         raise ValueError("the target sentence list is empty")
     encode_kwargs = dict(encode_kwargs or {})
+    # the embedding (most of the time) shows progress as the search does: `show_progress` True / False, or None: a
+    # bar when stderr is a terminal
+    show = mine_kwargs.get("show_progress")
+    encode_kwargs.setdefault("show_progress_bar", sys.stderr.isatty() if show is None else bool(show))
     if dedup:
         ds, dt = deduplicate(src_sentences), deduplicate(tgt_sentences)
         src_u = [src_sentences[i] for i in ds.first.tolist()]

@@ -271,7 +271,8 @@ class EmbeddingService:
         for key, (rows, member_langs) in groups.items():
             member_ids = self.encoder.member(key).token_ids([texts[i] for i in rows], lang=member_langs)
             for i, member_lang, row_ids in zip(rows, member_langs, member_ids):
-                ids[i], keys[i], langs[i] = row_ids, key, member_lang
+                # (the form every answer gives: LASER's preprocessing code, as a single model's server says it)
+                ids[i], keys[i], langs[i] = row_ids, key, normalize_lang(member_lang)
         return langs, [], ids, keys
 
     async def token_ids(self, texts: list[str], lang):
@@ -384,7 +385,7 @@ class EmbeddingService:
         if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool) or dims != self.encoder.dim):
             raise ApiError(400, f"'dimensions' can only be {self.encoder.dim} (this model's size), got {dims!r:.40}",
                            param="dimensions")
-        lang = check_lang(body.get("lang", "auto"), len(texts), "lang")
+        lang = check_lang(body.get("lang", "auto"), len(texts), "lang", auto=not self.routed)
         langs, warnings, ids, keys = await self.token_ids(texts, lang)
         emb = await self.embed(request, ids, keys)
         if fmt == "base64":
@@ -394,7 +395,9 @@ class EmbeddingService:
             vectors = emb
         tokens = sum(len(s) for s in ids)
         out = {"object": "list",
-               "data": [{"object": "embedding", "index": i, "embedding": vectors[i], "lang": langs[i]}
+               "data": [{"object": "embedding", "index": i, "embedding": vectors[i], "lang": langs[i],
+                         # a model set: the member that embedded it, as /v1/models names it
+                         **({"model": f"{self.model_id}/{keys[i]}"} if self.routed else {})}
                         for i in range(len(texts))],
                "model": self.model_id, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
         if warnings:
@@ -547,14 +550,14 @@ def parse_json(body: bytes):
         raise ApiError(400, f"the request body is not valid JSON: {err}", code="invalid_json") from None
 
 
-def _language(code: str, param: str) -> str:
+def _language(code: str, param: str, auto: bool = True) -> str:
     """One language of a request by the command line's rule ([`~hf_laser.text.languages.check_language`]): `auto`, a
     code, or a language name (given back as its FLORES-200 code); anything else is a 400."""
 
     if is_auto(code):
         return code
     try:
-        return check_language(code)
+        return check_language(code, auto=auto)
     except ValueError as err:
         if len(code) > QUOTE_CHARS:  # (check_language's message quotes the whole value)
             raise ApiError(400, f"'{param}' is {quote(code)}: not a language code or name (give an ISO 639 code: "
@@ -562,23 +565,26 @@ def _language(code: str, param: str) -> str:
         raise ApiError(400, f"'{param}': {err}", param=param) from None
 
 
-def check_lang(lang, n: int, param: str):
-    """`lang` of a request: a non-empty code (or `"auto"`), or a list of them with one per input."""
+def check_lang(lang, n: int, param: str, auto: bool = True):
+    """`lang` of a request: a non-empty code (or `"auto"`), or a list of them with one per input (`auto=False`: a
+    model set's server, whose messages do not suggest `auto`, which it refuses)."""
+    or_auto = " (or 'auto')" if auto else ""
     if isinstance(lang, str):
         if not lang.strip():
-            raise ApiError(400, f"'{param}' is an empty string; give a language code or 'auto'", param=param)
-        return _language(lang.strip(), param)
+            raise ApiError(400, f"'{param}' is an empty string; give a language code{' or auto' if auto else ''}",
+                           param=param)
+        return _language(lang.strip(), param, auto)
     if isinstance(lang, list):
         if len(lang) != n:
             raise ApiError(400, f"'{param}' has {len(lang)} codes for {n} inputs: give one per input, or a single "
-                                "code (or 'auto') for all", param=param)
+                                f"code{or_auto} for all", param=param)
         for i, code in enumerate(lang):
             if not isinstance(code, str) or not code.strip():
-                raise ApiError(400, f"{param}[{i}] is {_json_type(code)} {code!r:.40}, expected a language code "
-                                    "or 'auto'", param=param)
-        return [_language(code.strip(), f"{param}[{i}]") for i, code in enumerate(lang)]
-    raise ApiError(400, f"'{param}' must be a language code, 'auto', or a list with one code per input; got "
-                        f"{_json_type(lang)}", param=param)
+                raise ApiError(400, f"{param}[{i}] is {_json_type(code)} {code!r:.40}, expected a language "
+                                    f"code{or_auto}", param=param)
+        return [_language(code.strip(), f"{param}[{i}]", auto) for i, code in enumerate(lang)]
+    raise ApiError(400, f"'{param}' must be a language code{', auto,' if auto else ''} or a list with one code per "
+                        f"input; got {_json_type(lang)}", param=param)
 
 
 async def _wait_disconnect(request: Request) -> None:

@@ -134,11 +134,11 @@ def names_student(lang: str, code: str) -> bool:
         return False
 
 
-def check_language(lang: str) -> str:
+def check_language(lang: str, auto: bool = True) -> str:
     """The one rule for a language argument of the command line and the server: a language code (`fr`, `fra`,
     `en-US`, `eng_Latn`) is returned as it is, a language's English name as LASER lists it (`french`, `wolof`) as its
     FLORES-200 code; anything else (`fr,en`, `123`, `../etc`, `--`) raises ValueError saying what is expected.
-    (`"auto"` is the caller's to allow.)"""
+    (`"auto"` is the caller's to allow; `auto=False`: the message does not offer it, for a caller that refuses it.)"""
     if not isinstance(lang, str) or not lang.strip():
         raise ValueError(f"{lang!r} is not a language code: give one (en, fr, zh, ...)")
     if LANG_CODE.match(lang):
@@ -148,4 +148,4 @@ def check_language(lang: str) -> str:
         return codes[0]
     raise ValueError(f"{lang!r} is not a language code{' of one language' if codes else ''}: give one ISO 639 code "
                      "(en, fr, zh, ...; en-US and eng_Latn work too), a FLORES-200 code, a language name (french, "
-                     "wolof), or auto to detect the language per sentence")
+                     "wolof)" + (", or auto to detect the language per sentence" if auto else ""))
