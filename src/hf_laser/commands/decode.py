@@ -23,7 +23,7 @@ MAX_INPUT_BYTES = 64 << 30  # a .npy larger than this is refused before it is ma
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True,
-                        help="SONAR text decoder directory (hf-laser convert sonar_text_decoder.pt --spm-model ...)")
+                        help="SONAR text decoder directory (what hf-laser convert writes from sonar_text_decoder.pt)")
     parser.add_argument("--lang", required=True,
                         help="language of the output: one of SONAR's tags (fra_Latn ...) or a code or name that names "
                              "one (fr, French)")

@@ -73,8 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the removed pairs here as src<TAB>tgt lines ('-': stdout)")
     parser.add_argument("--check-lang", action="store_true",
                         help="also remove pairs whose source or target is detected (py3langid, the detector of "
-                             "--lang auto) in another language than --src-lang / --tgt-lang; text without letters is "
-                             "not judged")
+                             "lang=auto elsewhere) in another language than --src-lang / --tgt-lang; text without "
+                             "letters is not judged")
     parser.add_argument("--embed-dir", default=None,
                         help="keep the embeddings here: reused or resumed on re-runs for the same input, model and "
                              "options (else recomputed, with a message)")
