@@ -210,14 +210,17 @@ class LaserEncoder:
                 given, without importing transformers: about half of the start-up of a process (the command-line
                 tools use it). Otherwise, and for anything unusual, `LaserModel` / `LaserTokenizer.from_pretrained`
                 (without transformers' "Loading weights" bar for a local directory).
-            engine: what computes the embeddings. `"torch"` (default): PyTorch, every device, dtype and option.
+            engine: what computes the embeddings. `"torch"`: PyTorch, every device, dtype and option.
                 `"numpy"`: [`~bilstm_numpy.NumpyLaserBiLSTM`], float32 on the CPU without importing torch (1.3-3 s
                 of a process's start-up; also faster per sentence on a small CPU, docs/speed.md, "laser-mini end to end"),
                 the embeddings of `"torch"` to float round-off (~1e-6); it needs a plain local LASER directory
                 (`model.safetensors` matching its config) and no `device` other than the CPU, `dtype` other than
                 float32, `quantize` or other loading argument: anything else is a ValueError. `"auto"`: `"numpy"`
-                where it can, else `"torch"` (the command line's default). `encoder.engine` says which was used,
-                and an embedding manifest records it. None: `"torch"`, or what `speed` says.
+                where it can, else `"torch"`. `encoder.engine` says which was used, and an embedding manifest
+                records it. None (default): `"auto"`, as the command line (a fresh process embeds its first sentence
+                with laser-mini in well under a second instead of several: docs/speed.md, "Start-up"), or what
+                `speed` says; give `engine="torch"` for a PyTorch module in `encoder.model` (`save_pretrained`,
+                another device, autograd).
             speed: a speed mode instead of `dtype` / `quantize` / `engine` ([`~speed`]): `"fp32"` (the original's
                 numbers, on the fastest float32 engine that can load the model), `"bf16"`, `"int8"`, or `"auto"`:
                 the fastest mode on this processor within the fidelity bounds (Tatoeba error within 0.2 points,
@@ -229,7 +232,7 @@ class LaserEncoder:
             raise ValueError("speed= chooses the dtype, quantisation and engine: give speed, or dtype / quantize / "
                              "engine, not both")
         if engine is None and speed is None:
-            engine = "torch"
+            engine = "auto"  # the command line's choice: NumPy where it can (no torch nor transformers to import)
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
         resolved = resolve(path, who="LaserEncoder")
@@ -287,8 +290,8 @@ class LaserEncoder:
             # lazy: modeling.modeling_laser imports torch, transformers
             from .modeling.modeling_laser import LaserModel
 
-            quiet = torch_only and Path(path).is_dir() and hf_logging.is_progress_bar_enabled()
-            if quiet:  # the command lines' loading: no "Loading weights" bar for a local directory
+            quiet = Path(path).is_dir() and hf_logging.is_progress_bar_enabled()
+            if quiet:  # no "Loading weights" bar for a local directory (download bars stay for Hub ids)
                 hf_logging.disable_progress_bar()
             try:
                 if sonar:
