@@ -31,7 +31,8 @@ SUBCOMMANDS = {
                      "embed text files into shards for mine --embed-dir, one process per rank (multi-GPU / nodes)"),
     "similar": ("similar", "print the nearest neighbours of sentences among other sentences (any languages)"),
     "push": ("push", "upload a model directory (+ card and results) to the Hub"),
-    "env": ("env", "versions, the processor and which speed modes (fp32, bf16, int8) it makes fast"),
+    "env": ("env", "versions, the processor, which speed modes (fp32, bf16, int8) it makes fast, and what "
+                       "--speed auto measured here (--calibrate: measure again)"),
     "serve": ("serve", "serve embeddings over HTTP: the OpenAI embeddings API, LASER's /vectorize, and a demo page"),
 }
 

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -44,8 +45,13 @@ from .outputs import (  # noqa: F401 (re-exported)
     tokenizer_sha256,
     write_json_atomic,
 )
-from .speed import ModelShape
+from .speed import ModelShape, SpeedChoice, from_calibration
 from .speed import resolve as choose_speed_mode
+from .speed import rule as speed_rule
+from .speed.calibration import CANDIDATES, ShapeClass, cache_key as calibration_key, calibrate, calibration_path
+from .speed.calibration import candidates as speed_candidates
+from .speed.calibration import read_calibrations, slower_than_fp32
+from .speed.calibration import workload as calibration_workload
 from .speed.cpu import cpu_info, emulated_dtype_message, int8_without_kernels_message
 from .text.langid import CHECK_SAMPLE, warn_at_caller
 from .text.sonar_languages import SonarLineTokenizer, is_sonar_directory
@@ -223,10 +229,14 @@ class LaserEncoder:
                 another device, autograd).
             speed: a speed mode instead of `dtype` / `quantize` / `engine` ([`~speed`]): `"fp32"` (the original's
                 numbers, on the fastest float32 engine that can load the model), `"bf16"`, `"int8"`, or `"auto"`:
-                the fastest mode on this processor within the fidelity bounds (Tatoeba error within 0.2 points,
-                cosine to float32 of 0.999 or more), by rules from measurements (docs/speed.md). `encoder.speed`
-                says what was chosen and why; an embedding's manifest records the engine, dtype and quantisation
-                it came from. A model set's members each choose for themselves.
+                the fastest mode on this machine within the fidelity bounds (Tatoeba error within 0.2 points,
+                cosine to float32 of 0.999 or more), measured the first time for this kind of model on this machine
+                (a few seconds, one line on stderr; kept in the user's cache, [`~speed.calibration`]; a mode other
+                than float32 only where it beats float32 beyond the timings' noise); float32 on a GPU and for SONAR.
+                A [`~speed.SpeedChoice`] (from [`decide_speed`]: a driver's decision for its workers) is used as
+                it is. An explicit mode measured slower than float32 here says so (a `UserWarning`).
+                `encoder.speed` says what was chosen and why; an embedding's manifest records the engine, dtype
+                and quantisation it came from. A model set's members each choose for themselves.
         """
         if speed is not None and (dtype is not None or quantize is not None or engine is not None):
             raise ValueError("speed= chooses the dtype, quantisation and engine: give speed, or dtype / quantize / "
@@ -834,10 +844,12 @@ class LaserEncoder:
             return np.load(output_path, mmap_mode="r"), stats
 
 
-def _resolve_speed(speed: str, path, device, kwargs):
+def _resolve_speed(speed, path, device, kwargs, *, force: bool = False, say=None) -> SpeedChoice:
     """`from_pretrained(speed=...)` as a [`~speed.SpeedChoice`] for the model at `path` (its config.json read for
-    its shape: a Hub id's is fetched, as loading it would)."""
-
+    its shape: a Hub id's is fetched, as loading it would); `"auto"` on the CPU is measured once per machine and
+    shape class ([`~speed.calibration`]; `force`: measured again)."""
+    if isinstance(speed, SpeedChoice):
+        return speed  # decided already (by the driver of a run spread over processes or machines)
     if device is None:
         device_type = "cpu"
     else:
@@ -846,8 +858,24 @@ def _resolve_speed(speed: str, path, device, kwargs):
 
         device_type = torch.device(device).type
     if speed != "auto":
-        return choose_speed_mode(speed, None, None, device_type)
+        choice = choose_speed_mode(speed, device_type)
+        if device_type == "cpu" and speed != "fp32" and calibration_path().is_file():
+            config = _model_config(path, kwargs)
+            entry = read_calibrations().get(_calibration_key(path, config, kwargs))
+            slower = entry and slower_than_fp32(entry, speed)
+            if slower:
+                warn_at_caller(f"speed={speed!r} was measured {slower:.1f}x slower than float32 for this kind of model "
+                               f"on this machine ({entry['measured']}; `hf-laser env --calibrate` measures again): "
+                               "speed='fp32' or 'auto' is faster here")
+        return choice
+    config = _model_config(path, kwargs)
+    ruled = speed_rule(ModelShape.from_config(config), device_type)
+    if ruled is not None:
+        return ruled
+    return from_calibration(_calibrate(path, config, kwargs, force=force, say=say))
 
+
+def _model_config(path, kwargs) -> dict:
     config_file = Path(str(path)).expanduser() / "config.json"
     if not config_file.is_file():
         # lazy: the Hub client, needed for Hub calls only
@@ -855,8 +883,73 @@ def _resolve_speed(speed: str, path, device, kwargs):
 
         config_file = hf_hub_download(str(path), "config.json", revision=kwargs.get("revision"),
                                       cache_dir=kwargs.get("cache_dir"))
-    config = json.loads(Path(config_file).read_text(encoding="utf-8"))
-    return choose_speed_mode(speed, cpu_info(), ModelShape.from_config(config), device_type)
+    return json.loads(Path(config_file).read_text(encoding="utf-8"))
+
+
+def _numpy_engine_may_load(path, config, kwargs) -> bool:
+    return (config.get("encoder_type", "bilstm") == "bilstm" and _why_not_numpy(path, None, None, None, kwargs) is None
+            and (Path(path) / "model.safetensors").is_file())
+
+
+def _calibration_key(path, config, kwargs) -> str:
+    # lazy: torch (the NumPy engine and the command line's start run without it)
+    import torch
+
+    return calibration_key(cpu_info(), ShapeClass.from_config(config), torch_version=torch.__version__,
+                           numpy_version=np.__version__, threads=torch.get_num_threads(),
+                           numpy_engine=_numpy_engine_may_load(path, config, kwargs))
+
+
+def _calibrate(path, config, kwargs, *, force: bool = False, say=None) -> dict:
+    """The calibration entry of this model's shape class on this machine: kept, or measured now on the model at
+    `path` itself (each candidate loaded as `from_pretrained` loads it, and run on [`calibration.workload`])."""
+    # lazy: torch (the NumPy engine and the command line's start run without it)
+    import torch
+
+    shape = ShapeClass.from_config(config)
+    numpy_engine = _numpy_engine_may_load(path, config, kwargs)
+    names = [c.name for c in speed_candidates(cpu_info(), shape.encoder_type, numpy_engine)]
+
+    def load(name):
+        candidate = CANDIDATES[name]
+        if candidate.engine == "numpy":
+            loading = {"engine": "numpy"}
+        else:
+            loading = {"engine": "torch", "torch_only": True,
+                       "dtype": torch.bfloat16 if candidate.mode == "bf16" else None,
+                       "quantize": "int8" if candidate.mode == "int8" else None, **kwargs}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                encoder = LaserEncoder.from_pretrained(path, **loading)
+            except (OSError, ValueError):
+                return None
+        ids = calibration_workload(shape, int(config.get("vocab_size", 1000)), encoder.eos_id)
+        return partial(encoder._embed_ids, ids, max_tokens=DEFAULT_MAX_TOKENS, batch_size=None, device=None,
+                       show_progress_bar=False)
+
+    return calibrate(_calibration_key(path, config, kwargs), shape, names, load, force=force, say=say)
+
+
+def decide_speed(speed, model=None, device=None, **kwargs):
+    """What `LaserEncoder.from_pretrained(model, speed=speed, device=device)` would compute in, decided here once:
+    the [`~speed.SpeedChoice`] to give every worker of a run spread over processes or machines (`hf-laser
+    embed-shards`, [`~mining.on_ray`]), so that they all compute alike (a calibration on each could differ). `speed`
+    None is returned as None; a model set's members choose for themselves (its `speed` is returned as given)."""
+    if speed is None or isinstance(speed, SpeedChoice):
+        return speed
+    resolved = resolve(model, who="LaserEncoder")
+    if resolved.is_set:
+        return speed
+    return _resolve_speed(speed, resolved.location, device, kwargs)
+
+
+def calibrate_speed(model=None, *, say=None) -> tuple[dict, ShapeClass]:
+    """Measures `speed="auto"`'s candidates again for `model`'s shape class on this machine (`hf-laser env
+    --calibrate`): `(calibration entry, shape class)`, the entry kept for the next `auto`."""
+    path = resolve(model, who="LaserEncoder").location
+    config = _model_config(path, {})
+    return _calibrate(path, config, {}, force=True, say=say), ShapeClass.from_config(config)
 
 
 def _hub_model_type(model_id, kwargs) -> str | None:
