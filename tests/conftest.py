@@ -126,7 +126,8 @@ def fra_file(path: Path, n: int) -> Path:
 
 @pytest.fixture(scope="module")
 def encoder(tiny_model_dir):
-    """A `LaserEncoder` of the tiny reference model (one per test module; test modules may define their own)."""
+    """A `LaserEncoder` of the tiny reference model on PyTorch (one per test module; test modules may define their
+    own; the Python API's default engine, the NumPy one where it loads the model, is tested in test_numpy_engine)."""
     from hf_laser.encoder import LaserEncoder
 
-    return LaserEncoder.from_pretrained(tiny_model_dir)
+    return LaserEncoder.from_pretrained(tiny_model_dir, engine="torch")
