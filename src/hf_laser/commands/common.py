@@ -37,6 +37,10 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, **kwarg
     from ..encoder import LaserEncoder
 
     check_model_dir(model)
+    if "engine" not in kwargs and "speed" not in kwargs:
+        # the commands without --engine (mine, embed-shards, serve, similar) compute on PyTorch, as before the library's
+        # default became the NumPy engine: their outputs stay the same bits
+        kwargs["engine"] = "torch"
     try:
         # torch_only: a plain local directory never imports transformers, half of a command's start-up (and any other
         # local directory loads without a "Loading weights" bar; download bars stay for Hub ids)
