@@ -291,6 +291,8 @@ def calibrate(key: str, shape: ShapeClass, names: list[str], load: Callable[[str
         run = load(name)
         if run is not None:
             runners[name] = run
+    if not runners:
+        raise ValueError(f"speed='auto': none of {', '.join(names)} could load the model to measure it")
     baseline = next(name for name in names if name in runners)
     timings = measure(runners, timer=timer)
     winner, reason = decide(timings, baseline)
