@@ -137,7 +137,8 @@ def test_cache_key_holds_everything_the_timings_depend_on():
 
 
 ENTRY = {"winner": "int8", "reason": "measured here", "baseline": "fp32-numpy", "measured": "2026-12-07 04:00 UTC",
-         "timings": {"fp32-numpy": [1.0, 1.0, 1.01], "int8": [0.5, 0.5, 0.51], "bf16": [3.0]}}
+         "timings": {"fp32-numpy": [1.0, 1.0, 1.01], "int8": [0.5, 0.5, 0.51], "bf16": [3.0]},
+         "start": {"fp32-numpy": 0.1, "int8": 0.3, "bf16": 0.3}, "scale": 2.0}
 
 
 def test_cache_round_trip_and_bounded_entries(tmp_path):
@@ -156,10 +157,12 @@ def test_cache_round_trip_and_bounded_entries(tmp_path):
     json.dumps({"version": 1, "entries": {"k": {**ENTRY, "winner": "fp64"}}}).encode(),
     json.dumps({"version": 1, "entries": {"k": {**ENTRY, "timings": {"int8": [-1.0], "fp32-numpy": [1]}}}}).encode(),
     json.dumps({"version": 1, "entries": {"k": {**ENTRY, "timings": {"rm -rf": [1.0]}}}}).encode(),
+    json.dumps({"version": 1, "entries": {"k": {**ENTRY, "start": {"int8": "1e400"}}}}).encode(),
+    json.dumps({"version": 1, "entries": {"k": {**ENTRY, "scale": -1}}}).encode(),
     json.dumps({"version": 1, "entries": {f"k{i}": ENTRY for i in range(MAX_ENTRIES + 1)}}).encode(),
     b" " * (MAX_FILE_BYTES + 1),
-], ids=["not-json", "not-utf8", "version", "not-a-dict", "bad-winner", "negative-time", "bad-name", "too-many",
-        "too-large"])
+], ids=["not-json", "not-utf8", "version", "not-a-dict", "bad-winner", "negative-time", "bad-name", "bad-start",
+        "bad-scale", "too-many", "too-large"])
 def test_a_bad_cache_file_is_ignored_with_one_warning(tmp_path, content):
     path = tmp_path / "cal.json"
     path.write_bytes(content)
@@ -180,11 +183,12 @@ def test_calibrate_measures_once_then_reuses_and_force_measures_again(tmp_path):
         loads.append(name)
         if cost[name] is None:
             return None
-        return lambda: clock.__setitem__(0, clock[0] + cost[name])
+        return (lambda: clock.__setitem__(0, clock[0] + cost[name])), 0.5  # (runner, seconds it took to load)
 
     names = ["fp32-numpy", "fp32-torch", "int8", "bf16"]
     entry = calibrate("k", LASER_MINI, names, load, say=said.append, path=path, timer=lambda: clock[0])
     assert entry["winner"] == "int8" and entry["baseline"] == "fp32-numpy" and "bf16" not in entry["timings"]
+    assert entry["start"] == {"fp32-numpy": 0.5, "fp32-torch": 0.5, "int8": 0.5} and entry["scale"] == 1.0
     assert len(said) == 2 and "measuring" in said[0] and "int8" in said[1]
     assert from_calibration(entry) == SpeedChoice("int8", "torch", entry["reason"])
     loads.clear()
@@ -195,11 +199,21 @@ def test_calibrate_measures_once_then_reuses_and_force_measures_again(tmp_path):
     assert from_calibration(again).engine == "auto"  # the NumPy engine where it loads the model
 
 
+def test_the_start_of_a_fresh_process_counts_on_the_reference_job():
+    """int8 runs the workload twice as fast, but pays 10 s more to start (importing torch, quantising): on a job of
+    5 workloads it loses (10 + 5 x 0.5 > 5 x 1), on one of 50 it wins (10 + 25 < 50)."""
+    timings = {"fp32-numpy": [1.0] * 3, "int8": [0.5] * 3}
+    start = {"fp32-numpy": 0.0, "int8": 10.0}
+    assert decide(timings, "fp32-numpy", start, 5.0)[0] == "fp32-numpy"
+    winner, reason = decide(timings, "fp32-numpy", start, 50.0)
+    assert winner == "int8" and "1.43x fp32-numpy on the reference job, start included" in reason
+
+
 def test_slower_than_fp32_per_the_calibration():
-    assert slower_than_fp32(ENTRY, "bf16") == pytest.approx(3.0)
+    assert slower_than_fp32(ENTRY, "bf16") == pytest.approx((0.3 + 6.0) / (0.1 + 2.0))
     assert slower_than_fp32(ENTRY, "int8") is None  # faster
     assert slower_than_fp32({**ENTRY, "timings": {"fp32-numpy": [1.0]}}, "bf16") is None  # not measured
-    assert slower_than_fp32({**ENTRY, "timings": {"fp32-numpy": [1.0], "bf16": [1.03]}}, "bf16") is None  # noise
+    assert slower_than_fp32({**ENTRY, "timings": {"fp32-numpy": [1.0], "bf16": [1.03]}, "start": {}}, "bf16") is None
 
 
 def test_the_first_rank_decides_and_every_other_rank_takes_its_choice(tmp_path):

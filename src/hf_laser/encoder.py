@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -50,7 +51,7 @@ from .speed import resolve as choose_speed_mode
 from .speed import rule as speed_rule
 from .speed.calibration import CANDIDATES, ShapeClass, cache_key as calibration_key, calibrate, calibration_path
 from .speed.calibration import candidates as speed_candidates
-from .speed.calibration import read_calibrations, slower_than_fp32
+from .speed.calibration import read_calibrations, reference_scale, slower_than_fp32
 from .speed.calibration import workload as calibration_workload
 from .speed.cpu import cpu_info, emulated_dtype_message, int8_without_kernels_message
 from .text.langid import CHECK_SAMPLE, warn_at_caller
@@ -207,7 +208,7 @@ class LaserEncoder:
             dtype: model dtype (`torch.float32` default, also for a directory whose config names another dtype;
                 `torch.bfloat16`/`torch.float16` trade fidelity for speed).
             quantize: `"int8"` applies dynamic int8 quantisation to the LSTM, or to the linear layers of a LASER3
-                transformer (CPU only; faster, as measured in docs/speed.md; embeddings no longer within 1e-5 of
+                transformer (CPU only; faster, as measured in docs/measured/; embeddings no longer within 1e-5 of
                 the original, and each batch's range sets the quantisation, so a vector also depends a little on the
                 sentences batched with it).
             torch_only: load the weights into the plain-PyTorch [`~bilstm.LaserBiLSTM`] (same embeddings, no
@@ -218,13 +219,13 @@ class LaserEncoder:
                 (without transformers' "Loading weights" bar for a local directory).
             engine: what computes the embeddings. `"torch"`: PyTorch, every device, dtype and option.
                 `"numpy"`: [`~bilstm_numpy.NumpyLaserBiLSTM`], float32 on the CPU without importing torch (1.3-3 s
-                of a process's start-up; also faster per sentence on a small CPU, docs/speed.md, "laser-mini end to end"),
+                of a process's start-up; also faster per sentence on a small CPU, docs/measured/laser-mini-cli.md),
                 the embeddings of `"torch"` to float round-off (~1e-6); it needs a plain local LASER directory
                 (`model.safetensors` matching its config) and no `device` other than the CPU, `dtype` other than
                 float32, `quantize` or other loading argument: anything else is a ValueError. `"auto"`: `"numpy"`
                 where it can, else `"torch"`. `encoder.engine` says which was used, and an embedding manifest
                 records it. None (default): `"auto"`, as the command line (a fresh process embeds its first sentence
-                with laser-mini in well under a second instead of several: docs/speed.md, "Start-up"), or what
+                with laser-mini in well under a second instead of several: docs/measured/start-up.md), or what
                 `speed` says; give `engine="torch"` for a PyTorch module in `encoder.model` (`save_pretrained`,
                 another device, autograd).
             speed: a speed mode instead of `dtype` / `quantize` / `engine` ([`~speed`]): `"fp32"` (the original's
@@ -902,10 +903,16 @@ def _calibration_key(path, config, kwargs) -> str:
 
 def _calibrate(path, config, kwargs, *, force: bool = False, say=None) -> dict:
     """The calibration entry of this model's shape class on this machine: kept, or measured now on the model at
-    `path` itself (each candidate loaded as `from_pretrained` loads it, and run on [`calibration.workload`])."""
+    `path` itself (each candidate loaded as `from_pretrained` loads it, and run on [`calibration.workload`]; a
+    candidate on PyTorch, where the default is the NumPy engine, also pays for importing torch in a fresh process)."""
     # lazy: torch (the NumPy engine and the command line's start run without it)
     import torch
 
+    key = _calibration_key(path, config, kwargs)
+    if not force:
+        kept = read_calibrations().get(key)
+        if kept is not None:
+            return kept
     shape = ShapeClass.from_config(config)
     numpy_engine = _numpy_engine_may_load(path, config, kwargs)
     names = [c.name for c in speed_candidates(cpu_info(), shape.encoder_type, numpy_engine)]
@@ -918,17 +925,34 @@ def _calibrate(path, config, kwargs, *, force: bool = False, say=None) -> dict:
             loading = {"engine": "torch", "torch_only": True,
                        "dtype": torch.bfloat16 if candidate.mode == "bf16" else None,
                        "quantize": "int8" if candidate.mode == "int8" else None, **kwargs}
+        t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 encoder = LaserEncoder.from_pretrained(path, **loading)
             except (OSError, ValueError):
                 return None
+        seconds = time.perf_counter() - t0
         ids = calibration_workload(shape, int(config.get("vocab_size", 1000)), encoder.eos_id)
         return partial(encoder._embed_ids, ids, max_tokens=DEFAULT_MAX_TOKENS, batch_size=None, device=None,
-                       show_progress_bar=False)
+                       show_progress_bar=False), seconds
 
-    return calibrate(_calibration_key(path, config, kwargs), shape, names, load, force=force, say=say)
+    torch_start = _torch_import_seconds() if numpy_engine else 0.0
+    shared = {name: torch_start for name in names if CANDIDATES[name].engine == "torch"}
+    workload_ids = calibration_workload(shape, int(config.get("vocab_size", 1000)), 2)
+    return calibrate(key, shape, names, load, scale=reference_scale(workload_ids), shared_start=shared, force=True,
+                     say=say)
+
+
+def _torch_import_seconds() -> float:
+    """What importing torch costs a fresh process here (a process of `python -c "import torch"` less one of
+    `python -c pass`): what a mode on PyTorch pays that the NumPy engine does not."""
+    def wall(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=False, capture_output=True)
+        return time.perf_counter() - t0
+
+    return max(0.0, wall("import torch") - wall("pass"))
 
 
 def decide_speed(speed, model=None, device=None, **kwargs):

@@ -24,11 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def print_entry(what: str, entry: dict) -> None:
+    scale, start = entry.get("scale", 1.0), entry.get("start", {})
     print(f"  {what}, measured {entry['measured']}: auto = {LABELS[entry['winner']]}")
-    base = min(entry["timings"][entry["baseline"]])
+    print(f"    (the workload's best and median time; the reference job, {scale:.0f} workloads in a fresh process: "
+          "start, then the total)")
+    base = start.get(entry["baseline"], 0.0) + scale * min(entry["timings"][entry["baseline"]])
     for name, times in entry["timings"].items():
-        print(f"    {LABELS[name]:<20} best {min(times):.4f} s, median {statistics.median(times):.4f} s of "
-              f"{len(times)} ({base / min(times):.2f}x {entry['baseline']})")
+        total = start.get(name, 0.0) + scale * min(times)
+        print(f"    {LABELS[name]:<20} {min(times):.4f} s, median {statistics.median(times):.4f} s of {len(times)}; "
+              f"start {start.get(name, 0.0):.2f} s, total {total:.2f} s ({base / total:.2f}x {entry['baseline']})")
 
 
 def run(args: argparse.Namespace) -> int:

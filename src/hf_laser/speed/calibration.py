@@ -21,6 +21,7 @@ loaders; fakes in tests).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -45,9 +46,10 @@ MAX_REPEATS = 16
 MIN_MARGIN = 0.05  # a mode must beat float32 by 5 % at least, and by more than the timings' noise
 REPEATS = 3  # timed runs per mode, after one warm-up run
 DROP_FACTOR = 3.0  # a mode this many times slower than the baseline in the first timed round is not timed again
-RUN_GFLOP = 3.0  # the workload of one run: about 0.05 s at 60 GFLOP/s
+RUN_GFLOP = 8.0  # the workload of one run: about 0.15 s at 60 GFLOP/s (a real batch: per-call costs stay small)
 MIN_TOKENS, MAX_TOKENS = 128, 6000
 SENTENCE_LENGTHS = (9, 13, 17, 21, 25, 14, 18, 12)  # tokens, </s> included: Tatoeba-like sentences
+REFERENCE_SENTENCES = 10_000  # the job `auto` decides for: 10,000 such sentences in a fresh process
 
 
 @dataclass(frozen=True)
@@ -90,28 +92,41 @@ def margin(times: list[float], baseline: list[float]) -> float:
     return max(MIN_MARGIN, noise(times) + noise(baseline))
 
 
-def _faster(timings: Mapping[str, list[float]], reference: str, names: list[str]) -> str:
-    """The fastest of `names` whose best time, times `1 + margin`, is below `reference`'s best; else `reference`."""
-    winner, best = reference, min(timings[reference])
+def projected(timings: Mapping[str, list[float]], fixed: Mapping[str, float] | None, scale: float) -> dict[str, list[float]]:
+    """Each candidate's time for the reference job: its fixed cost (`fixed`: seconds before the first sentence, e.g.
+    importing torch and loading the model in that mode; none: 0) plus `scale` times each timed run."""
+    fixed = fixed or {}
+    return {name: [fixed.get(name, 0.0) + scale * t for t in times] for name, times in timings.items()}
+
+
+def _faster(totals: Mapping[str, list[float]], noisy: Mapping[str, list[float]], reference: str,
+            names: list[str]) -> str:
+    """The fastest of `names` whose best total, times `1 + margin` (the noise of the timed runs `noisy`), is below
+    `reference`'s best total; else `reference`."""
+    winner, best = reference, min(totals[reference])
     for name in names:
-        t = min(timings[name])
-        if t * (1 + margin(timings[name], timings[reference])) < min(timings[reference]) and t < best:
+        t = min(totals[name])
+        if t * (1 + margin(noisy[name], noisy[reference])) < min(totals[reference]) and t < best:
             winner, best = name, t
     return winner
 
 
-def decide(timings: Mapping[str, list[float]], baseline: str) -> tuple[str, str]:
-    """`(winner, reason)` from `timings` (per candidate, its repeated times in seconds; `baseline`: the float32
-    default). float32 on the other engine replaces the baseline if its best time, times `1 + margin`, is below the
-    baseline's ([`margin`]); then the fastest other mode whose best time, times `1 + margin`, is below that float32's
-    is chosen, else float32. Ties and anything within the noise go to float32, and to the default engine."""
+def decide(timings: Mapping[str, list[float]], baseline: str, fixed: Mapping[str, float] | None = None,
+           scale: float = 1.0) -> tuple[str, str]:
+    """`(winner, reason)` from `timings` (per candidate, its repeated times of the workload in seconds; `baseline`:
+    the float32 default), compared on the reference job ([`projected`]: `fixed` costs plus `scale` workloads).
+    float32 on the other engine replaces the baseline if its best time, times `1 + margin`, is below the baseline's
+    ([`margin`]); then the fastest other mode whose best time, times `1 + margin`, is below that float32's is chosen,
+    else float32. Ties and anything within the noise go to float32, and to the default engine."""
+    totals = projected(timings, fixed, scale)
     names = sorted(timings)
-    fp32 = _faster(timings, baseline, [n for n in names if n != baseline and CANDIDATES[n].mode == "fp32"])
-    winner = _faster(timings, fp32, [n for n in names if CANDIDATES[n].mode != "fp32"])
-    table = ", ".join(f"{n} {min(ts):.3f} s" for n, ts in timings.items())
+    fp32 = _faster(totals, timings, baseline, [n for n in names if n != baseline and CANDIDATES[n].mode == "fp32"])
+    winner = _faster(totals, timings, fp32, [n for n in names if CANDIDATES[n].mode != "fp32"])
+    table = ", ".join(f"{n} {min(ts):.3f} s" for n, ts in totals.items())
+    job = "" if fixed is None and scale == 1.0 else " on the reference job, start included"
     if winner == baseline:
-        return winner, f"measured here: no mode beat {baseline} by more than the noise ({table})"
-    return winner, (f"measured here: {min(timings[baseline]) / min(timings[winner]):.2f}x {baseline}, beyond the "
+        return winner, f"measured here: no mode beat {baseline} by more than the noise{job} ({table})"
+    return winner, (f"measured here: {min(totals[baseline]) / min(totals[winner]):.2f}x {baseline}{job}, beyond the "
                     f"noise margin ({table})")
 
 
@@ -149,16 +164,19 @@ class ShapeClass:
 
 
 def workload(shape: ShapeClass, vocab_size: int, eos_id: int, seed: int = 0) -> list[list[int]]:
-    """The fixed calibration workload of `shape`: sentences of Tatoeba-like lengths made of random ids (a fixed seed;
-    ids from 4, below the special tokens' usual range, to `vocab_size`), ending with `eos_id`; about `RUN_GFLOP` of
-    work, between `MIN_TOKENS` and `MAX_TOKENS` tokens."""
+    """The fixed calibration workload of `shape`: sentences of Tatoeba-like lengths made of random ids (a fixed seed)
+    drawn as words are, by Zipf's law over the vocabulary's order (LASER's and SentencePiece's vocabularies list
+    frequent subwords first; from id 4, above the special tokens): text repeats its frequent tokens, which the NumPy
+    engine projects once per chunk, so uniform ids would misjudge it. Each sentence ends with `eos_id`; about
+    `RUN_GFLOP` of work, between `MIN_TOKENS` and `MAX_TOKENS` tokens."""
     tokens = int(min(MAX_TOKENS, max(MIN_TOKENS, RUN_GFLOP * 1e9 / shape.flop_per_token())))
     rng = random.Random(seed)
-    top = max(5, min(vocab_size, 1 << 20))
+    ranks = range(max(1, min(vocab_size, 1 << 20) - 4))
+    weights = list(itertools.accumulate(1.0 / (r + 1) for r in ranks))
     sentences, total, i = [], 0, 0
     while total < tokens:
         n = SENTENCE_LENGTHS[i % len(SENTENCE_LENGTHS)]
-        sentences.append([rng.randrange(4, top) for _ in range(n - 1)] + [eos_id])
+        sentences.append([4 + r for r in rng.choices(ranks, cum_weights=weights, k=n - 1)] + [eos_id])
         total, i = total + n, i + 1
     return sentences
 
@@ -213,6 +231,12 @@ def _valid_entry(entry) -> bool:
         if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and 0 < t < 1e6
                    for t in times):
             return False
+    start, scale = entry.get("start", {}), entry.get("scale", 1.0)
+    if not isinstance(start, dict) or not all(n in timings and isinstance(t, (int, float)) and not isinstance(t, bool)
+                                              and math.isfinite(t) and 0 <= t < 1e6 for n, t in start.items()):
+        return False
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < 1e9:
+        return False
     return isinstance(entry.get("measured", ""), str) and len(entry.get("measured", "")) < 64
 
 
@@ -272,13 +296,18 @@ def write_calibration(key: str, entry: dict, path: Path | None = None) -> None:
                       "measure again", stacklevel=2)
 
 
-def calibrate(key: str, shape: ShapeClass, names: list[str], load: Callable[[str], Callable[[], object] | None], *,
-              force: bool = False, say: Callable[[str], None] | None = None, path: Path | None = None,
+def calibrate(key: str, shape: ShapeClass, names: list[str],
+              load: Callable[[str], tuple[Callable[[], object], float] | None], *, scale: float = 1.0,
+              shared_start: Mapping[str, float] | None = None, force: bool = False,
+              say: Callable[[str], None] | None = None, path: Path | None = None,
               timer: Callable[[], float] = time.perf_counter) -> dict:
-    """The calibration entry of `key` (`{"winner", "reason", "baseline", "timings", "measured"}`): the one kept in
-    the cache, unless `force`; else measured now: `load(name)` gives a callable that runs the workload in candidate
-    `name` (None: that candidate cannot load this model, left out), `names[0]` is the baseline. `say` gets one line
-    before and one after the measurement (default: stderr)."""
+    """The calibration entry of `key` (`{"winner", "reason", "baseline", "timings", "start", "scale", "measured"}`):
+    the one kept in the cache, unless `force`; else measured now. `load(name)` loads candidate `name` and gives `(a
+    callable that runs the workload, the seconds the loading took)`, or None (that candidate cannot load this model:
+    left out); `names[0]` is the baseline. The candidates are compared on the reference job ([`decide`]): each one's
+    start (its loading, plus `shared_start[name]`: what a fresh process pays before it, such as importing torch
+    where the baseline does without) and `scale` workloads. `say` gets one line before and one after the measurement
+    (default: stderr)."""
     if not force:
         kept = read_calibrations(path).get(key)
         if kept is not None:
@@ -286,33 +315,41 @@ def calibrate(key: str, shape: ShapeClass, names: list[str], load: Callable[[str
     say = say or (lambda message: print(message, file=sys.stderr, flush=True))
     say(f"hf_laser: measuring speed='auto' for {shape.describe()} on this machine, once ({', '.join(names)}: a few "
         f"seconds; kept in {calibration_path() if path is None else path})")
-    runners = {}
+    runners, start = {}, {}
     for name in names:
-        run = load(name)
-        if run is not None:
-            runners[name] = run
+        loaded = load(name)
+        if loaded is not None:
+            runners[name] = loaded[0]
+            start[name] = round(loaded[1] + (shared_start or {}).get(name, 0.0), 6)
     if not runners:
         raise ValueError(f"speed='auto': none of {', '.join(names)} could load the model to measure it")
     baseline = next(name for name in names if name in runners)
     timings = measure(runners, timer=timer)
-    winner, reason = decide(timings, baseline)
+    winner, reason = decide(timings, baseline, start, scale)
     entry = {"winner": winner, "reason": reason, "baseline": baseline,
-             "timings": {n: [round(t, 6) for t in ts] for n, ts in timings.items()},
-             "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+             "timings": {n: [round(t, 6) for t in ts] for n, ts in timings.items()}, "start": start,
+             "scale": round(scale, 6), "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     write_calibration(key, entry, path)
     say(f"hf_laser: speed='auto' here: {LABELS[winner]} ({reason})")
     return entry
 
 
+def reference_scale(ids: list[list[int]]) -> float:
+    """How many calibration workloads (`ids`) make the reference job: `REFERENCE_SENTENCES` sentences of the
+    workload's mean length (the job `auto` is decided for; a shorter job in a fresh process gains less, or loses up to
+    the difference in start-up)."""
+    return REFERENCE_SENTENCES / max(1, len(ids))
+
+
 def slower_than_fp32(entry: Mapping, mode: str) -> float | None:
-    """How many times slower than the float32 default `mode` was measured in a calibration `entry` (beyond its
-    noise margin), or None (not measured, or not slower)."""
+    """How many times slower than the float32 default `mode` was measured in a calibration `entry` on its reference
+    job (beyond the noise margin), or None (not measured, or not slower)."""
     names = [n for n, c in CANDIDATES.items() if c.mode == mode and n in entry["timings"]]
     if not names or mode == "fp32":
         return None
-    base = entry["timings"][entry["baseline"]]
-    best = min(names, key=lambda n: min(entry["timings"][n]))
-    times = entry["timings"][best]
-    if min(times) > min(base) * (1 + margin(times, base)):
-        return min(times) / min(base)
+    totals = projected(entry["timings"], entry.get("start"), entry.get("scale", 1.0))
+    base = entry["baseline"]
+    best = min(names, key=lambda n: min(totals[n]))
+    if min(totals[best]) > min(totals[base]) * (1 + margin(entry["timings"][best], entry["timings"][base])):
+        return min(totals[best]) / min(totals[base])
     return None
