@@ -21,7 +21,7 @@ from test_cpu import NONE, x86
 from hf_laser import DEFAULT_MODEL
 from hf_laser.encoder import LaserEncoder, decide_speed
 from hf_laser.speed import ModelShape, SpeedChoice, resolve, rule
-from hf_laser.speed.calibration import ShapeClass, cache_key, candidates, write_calibration
+from hf_laser.speed.calibration import ShapeClass, candidates, machine_key, write_calibration
 from hf_laser.speed.cpu import cpu_info, from_flags
 
 PROCESSORS = {
@@ -65,15 +65,12 @@ def test_explicit_modes_and_bad_names():
         resolve("int8", "cuda")
 
 
-def fake_calibration(model_dir, winner: str, timings: dict[str, list[float]], threads=None) -> None:
-    """Writes a calibration of `model_dir`'s shape class on this machine into this test run's calibration file, for
-    every thread count a process here may use (the command lines' subprocesses use the machine's)."""
+def fake_calibration(model_dir, winner: str, timings: dict[str, list[float]]) -> None:
+    """Writes a calibration of `model_dir`'s shape class on this machine into this test run's calibration file."""
     config = json.loads((model_dir / "config.json").read_text())
     entry = {"winner": winner, "reason": f"fake timings: {winner}", "baseline": next(iter(timings)),
              "timings": timings, "measured": "2026-12-07 04:00 UTC"}
-    for n in threads or range(1, (os.cpu_count() or 1) + 1):
-        write_calibration(cache_key(cpu_info(), ShapeClass.from_config(config), torch_version=torch.__version__,
-                                    numpy_version=np.__version__, threads=n, numpy_engine=True), entry)
+    write_calibration(machine_key(ShapeClass.from_config(config), numpy_engine=True), entry)
 
 
 def cosines(a, b):
@@ -137,13 +134,11 @@ def test_every_pickable_mode_moves_the_shipped_models_tatoeba_error_at_most_0_2_
 
 def test_python_api(tiny_model_dir):
     """`auto` loads the mode the calibration chose (fake timings: int8, then fp32 on the NumPy engine)."""
-    fake_calibration(tiny_model_dir, "int8", {"fp32-numpy": [1.0], "fp32-torch": [2.0], "int8": [0.4]},
-                     threads=[torch.get_num_threads()])
+    fake_calibration(tiny_model_dir, "int8", {"fp32-numpy": [1.0], "fp32-torch": [2.0], "int8": [0.4]})
     auto = LaserEncoder.from_pretrained(tiny_model_dir, speed="auto")
     assert auto.speed == SpeedChoice("int8", "torch", "fake timings: int8")
     assert auto.quantize == "int8" and auto.engine == "torch"
-    fake_calibration(tiny_model_dir, "fp32-numpy", {"fp32-numpy": [1.0], "int8": [0.99]},
-                     threads=[torch.get_num_threads()])
+    fake_calibration(tiny_model_dir, "fp32-numpy", {"fp32-numpy": [1.0], "int8": [0.99]})
     auto = LaserEncoder.from_pretrained(tiny_model_dir, speed="auto")
     assert (auto.speed.mode, auto.engine, auto.quantize) == ("fp32", "numpy", None)
     assert LaserEncoder.from_pretrained(tiny_model_dir, speed="fp32").engine == "numpy"
@@ -157,10 +152,10 @@ def test_python_api(tiny_model_dir):
 def test_a_run_over_many_workers_uses_the_drivers_choice(tiny_model_dir, monkeypatch):
     """The cluster rule: the driver decides `auto` once (`decide_speed`) and every worker loads that SpeedChoice, even
     where its own calibration says otherwise; on Ray, `_start` (every embed_* function's) hands it to the actors."""
-    fake_calibration(tiny_model_dir, "int8", {"fp32-numpy": [1.0], "int8": [0.4]}, threads=[torch.get_num_threads()])
+    fake_calibration(tiny_model_dir, "int8", {"fp32-numpy": [1.0], "int8": [0.4]})
     choice = decide_speed("auto", tiny_model_dir)
     assert choice.mode == "int8"
-    fake_calibration(tiny_model_dir, "fp32-numpy", {"fp32-numpy": [1.0]}, threads=[torch.get_num_threads()])
+    fake_calibration(tiny_model_dir, "fp32-numpy", {"fp32-numpy": [1.0]})
     worker = LaserEncoder.from_pretrained(tiny_model_dir, speed=choice)  # a worker whose measurement differs
     assert worker.speed == choice and worker.quantize == "int8"
     assert decide_speed("fp32", tiny_model_dir) == SpeedChoice("fp32", "auto", "asked for")
@@ -174,7 +169,7 @@ def test_a_run_over_many_workers_uses_the_drivers_choice(tiny_model_dir, monkeyp
             return True
 
     monkeypatch.setattr(on_ray, "_ray", lambda: FakeRay)
-    fake_calibration(tiny_model_dir, "int8", {"fp32-numpy": [1.0], "int8": [0.4]}, threads=[torch.get_num_threads()])
+    fake_calibration(tiny_model_dir, "int8", {"fp32-numpy": [1.0], "int8": [0.4]})
     loading = {"speed": "auto"}
     on_ray._start(str(tiny_model_dir), "embed_files", 2, 0, loading)
     assert loading["speed"] == SpeedChoice("int8", "torch", "fake timings: int8")
@@ -249,3 +244,15 @@ def test_speed_flag_of_every_command_and_its_clashes():
     with pytest.raises(UsageError, match="drop --engine"):
         speed_kwargs(args, engine="torch")
     assert speed_kwargs(argparse.Namespace(speed=None), int8=True) == {"dtype": None, "quantize": "int8"}
+
+
+def test_a_kept_numpy_choice_loads_without_torch(tiny_model_dir):
+    """`--speed auto` costs nothing once measured: where the NumPy engine won, a fresh process neither imports torch
+    (1.2 s here) nor measures again (the line that says a measurement is absent)."""
+    fake_calibration(tiny_model_dir, "fp32-numpy", {"fp32-numpy": [1.0], "int8": [0.99]})
+    code = ("import sys; from hf_laser import LaserEncoder; "
+            f"e = LaserEncoder.from_pretrained({str(tiny_model_dir)!r}, speed='auto'); "
+            "print(e.engine, 'torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["numpy", "False"] and "measuring" not in run.stderr, run.stderr

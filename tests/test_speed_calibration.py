@@ -121,19 +121,33 @@ def test_workload_is_fixed_and_bounded():
 
 
 def key(**changes):
-    args = {"cpu": ZEN4, "shape": LASER_MINI, "torch_version": "2.13.0", "numpy_version": "2.4.6", "threads": 2,
-            "numpy_engine": True, **changes}
-    cpu, shape = args.pop("cpu"), args.pop("shape")
-    return cache_key(cpu, shape, **args)
+    args = {"processor": "test CPU", "arch": "x86_64", "flags": {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "sse2"},
+            "shape": LASER_MINI, "torch_version": "2.13.0", "numpy_version": "2.4.6", "threads": 2, "numpy_engine": True,
+            **changes}
+    return cache_key(**args)
 
 
 def test_cache_key_holds_everything_the_timings_depend_on():
     base = key()
     assert key() == base and json.loads(base)["cpu"] == "test CPU"
-    different = [key(cpu=AVX2), key(cpu=x86(avx2=True, avx512=True, avx512_bf16=True, vnni=True, amx=True)),
+    assert key(flags={"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "sse4_1"}) == base  # flags that do not matter
+    different = [key(processor="other CPU"), key(arch="aarch64"), key(flags={"avx2"}),
+                 key(flags={"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile"}),
                  key(shape=LASER3), key(shape=ShapeClass("bilstm", 5, 512, 320)), key(torch_version="2.14.0"),
                  key(numpy_version="2.5.0"), key(threads=16), key(numpy_engine=False)]
     assert len({base, *different}) == len(different) + 1
+
+
+def test_this_machines_key_needs_no_torch():
+    """A kept NumPy choice must load without importing torch: the key of this machine is read from the operating
+    system and the installed packages' metadata."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = ("import sys; from hf_laser.speed.calibration import ShapeClass, machine_key; "
+            "machine_key(ShapeClass('bilstm', 1, 512, 256), True); print('torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.stdout.strip() == "False", run.stderr
 
 
 ENTRY = {"winner": "int8", "reason": "measured here", "baseline": "fp32-numpy", "measured": "2026-12-07 04:00 UTC",
@@ -189,6 +203,7 @@ def test_calibrate_measures_once_then_reuses_and_force_measures_again(tmp_path):
     entry = calibrate("k", LASER_MINI, names, load, say=said.append, path=path, timer=lambda: clock[0])
     assert entry["winner"] == "int8" and entry["baseline"] == "fp32-numpy" and "bf16" not in entry["timings"]
     assert entry["start"] == {"fp32-numpy": 0.5, "fp32-torch": 0.5, "int8": 0.5} and entry["scale"] == 1.0
+    assert loads == ["fp32-numpy", *names]  # the baseline once more first, untimed
     assert len(said) == 2 and "measuring" in said[0] and "int8" in said[1]
     assert from_calibration(entry) == SpeedChoice("int8", "torch", entry["reason"])
     loads.clear()

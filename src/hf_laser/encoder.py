@@ -49,7 +49,7 @@ from .outputs import (  # noqa: F401 (re-exported)
 from .speed import ModelShape, SpeedChoice, from_calibration
 from .speed import resolve as choose_speed_mode
 from .speed import rule as speed_rule
-from .speed.calibration import CANDIDATES, ShapeClass, cache_key as calibration_key, calibrate, calibration_path
+from .speed.calibration import CANDIDATES, ShapeClass, calibrate, calibration_path, machine_key
 from .speed.calibration import candidates as speed_candidates
 from .speed.calibration import read_calibrations, reference_scale, slower_than_fp32
 from .speed.calibration import workload as calibration_workload
@@ -893,26 +893,21 @@ def _numpy_engine_may_load(path, config, kwargs) -> bool:
 
 
 def _calibration_key(path, config, kwargs) -> str:
-    # lazy: torch (the NumPy engine and the command line's start run without it)
-    import torch
-
-    return calibration_key(cpu_info(), ShapeClass.from_config(config), torch_version=torch.__version__,
-                           numpy_version=np.__version__, threads=torch.get_num_threads(),
-                           numpy_engine=_numpy_engine_may_load(path, config, kwargs))
+    return machine_key(ShapeClass.from_config(config), _numpy_engine_may_load(path, config, kwargs))
 
 
 def _calibrate(path, config, kwargs, *, force: bool = False, say=None) -> dict:
     """The calibration entry of this model's shape class on this machine: kept, or measured now on the model at
     `path` itself (each candidate loaded as `from_pretrained` loads it, and run on [`calibration.workload`]; a
     candidate on PyTorch, where the default is the NumPy engine, also pays for importing torch in a fresh process)."""
-    # lazy: torch (the NumPy engine and the command line's start run without it)
-    import torch
-
     key = _calibration_key(path, config, kwargs)
     if not force:
         kept = read_calibrations().get(key)
         if kept is not None:
-            return kept
+            return kept  # (without importing torch: a kept NumPy choice loads without it)
+    # lazy: torch (the NumPy engine and the command line's start run without it)
+    import torch
+
     shape = ShapeClass.from_config(config)
     numpy_engine = _numpy_engine_may_load(path, config, kwargs)
     names = [c.name for c in speed_candidates(cpu_info(), shape.encoder_type, numpy_engine)]

@@ -10,7 +10,7 @@ import statistics
 import sys
 
 from .. import __version__
-from ..speed.calibration import LABELS, ShapeClass, calibration_path, read_calibrations
+from ..speed.calibration import LABELS, ShapeClass, calibration_path, machine_key, read_calibrations
 from ..speed.cpu import MODES, cpu_info
 
 
@@ -56,12 +56,11 @@ def run(args: argparse.Namespace) -> int:
             entry, shape = calibrate_speed(model, say=lambda message: print(message, file=sys.stderr, flush=True))
             print_entry(f"{shape.describe()} ({model or 'laser-mini'})", entry)
         return 0
-    threads = torch.get_num_threads()
+    here = json.loads(machine_key(ShapeClass("", 0, 0, 0), False))
     mine = {}
     for key, entry in read_calibrations().items():
         k = json.loads(key)
-        if (k.get("cpu"), sorted(k.get("flags", [])), k.get("torch"), k.get("threads")) == \
-                (info.model, sorted(info.flags), torch.__version__, threads):
+        if all(k.get(field) == value for field, value in here.items() if field not in ("shape", "numpy_engine")):
             mine[tuple(k["shape"])] = entry
     if not mine:
         print(f"--speed auto: not measured on this machine yet ({calibration_path()}): the first --speed auto for a "

@@ -4,7 +4,7 @@ the fidelity bounds on this processor.
 The modes, as `LaserEncoder.from_pretrained(speed=...)` and `--speed` take them:
 
 - **fp32**: float32, the original's numbers (to round-off); on the CPU with the NumPy engine where it can load the
-  model (faster than PyTorch on every BiLSTM measured, docs/speed.md), else PyTorch.
+  model (faster than PyTorch on every BiLSTM measured, docs/measured/processors.md), else PyTorch.
 - **bf16**: PyTorch with bfloat16 weights and activations.
 - **int8**: PyTorch with dynamic int8 quantisation of the LSTM / the transformer's linear layers (CPU only).
 - **auto**: one of the above, measured fastest on this machine for this kind of model ([`calibration`]: the first
@@ -18,7 +18,7 @@ The modes, as `LaserEncoder.from_pretrained(speed=...)` and `--speed` take them:
 Fidelity bounds (measured by `benchmarks/speed_modes_fidelity.py`, checked by `tests/test_speed.py`): a mode `auto`
 may pick changes the Tatoeba error of the shipped model by at most 0.2 points and keeps the cosine to float32 of
 the reference model at 0.999 or more. bf16 and int8 are within them for BiLSTMs; for the LASER3 transformer, only
-bf16 is (int8 of its 12 layers moves the embeddings further, docs/speed.md), so `auto` never quantises one.
+bf16 is (int8 of its 12 layers moves the embeddings further, docs/laser3.md), so `auto` never quantises one.
 """
 
 from __future__ import annotations

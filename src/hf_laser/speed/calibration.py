@@ -25,18 +25,20 @@ import itertools
 import json
 import math
 import os
+import platform
 import random
 import statistics
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 
-from .cpu import CpuInfo
+from .cpu import CpuInfo, _proc_cpuinfo
 
 VERSION = 1
 CACHE_FILE = "speed-calibration.json"
@@ -49,7 +51,8 @@ DROP_FACTOR = 3.0  # a mode this many times slower than the baseline in the firs
 RUN_GFLOP = 8.0  # the workload of one run: about 0.15 s at 60 GFLOP/s (a real batch: per-call costs stay small)
 MIN_TOKENS, MAX_TOKENS = 128, 6000
 SENTENCE_LENGTHS = (9, 13, 17, 21, 25, 14, 18, 12)  # tokens, </s> included: Tatoeba-like sentences
-REFERENCE_SENTENCES = 10_000  # the job `auto` decides for: 10,000 such sentences in a fresh process
+REFERENCE_SENTENCES = 1_000  # the job `auto` decides for: 1,000 such sentences in a fresh process (a mode faster
+# there is faster on every longer job; a shorter one can lose at most the difference in start-up)
 
 
 @dataclass(frozen=True)
@@ -201,13 +204,51 @@ def measure(runners: Mapping[str, Callable[[], object]], repeats: int = REPEATS,
     return times
 
 
-def cache_key(cpu: CpuInfo, shape: ShapeClass, *, torch_version: str, numpy_version: str, threads: int,
-              numpy_engine: bool) -> str:
+RELEVANT_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile",
+                            "amx_bf16", "amx_int8", "asimd", "sve", "sve2", "bf16", "i8mm"})
+
+
+def cache_key(processor: str, arch: str, flags: Iterable[str], shape: ShapeClass, *, torch_version: str,
+              numpy_version: str, threads: int, numpy_engine: bool) -> str:
     """The key of a calibration: everything its timings depend on, as a JSON string."""
-    return json.dumps({"cpu": cpu.model, "arch": cpu.arch, "flags": sorted(cpu.flags), "dispatch": cpu.torch_capability,
+    return json.dumps({"cpu": processor, "arch": arch, "flags": sorted(set(flags) & RELEVANT_FLAGS),
                        "torch": torch_version, "numpy": numpy_version, "threads": int(threads),
                        "shape": [shape.encoder_type, shape.num_layers, shape.width, shape.inner],
                        "numpy_engine": bool(numpy_engine)}, sort_keys=True)
+
+
+def default_threads() -> int:
+    """The threads a process here computes with by default: `$OMP_NUM_THREADS`, else the processors it may run on."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        pass
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def machine_fields() -> dict:
+    """This machine's part of [`cache_key`], read without importing torch (a kept NumPy choice loads without it):
+    the processor's name, architecture and flags from the operating system, the installed torch and NumPy versions,
+    [`default_threads`]."""
+    name, flags = _proc_cpuinfo()
+    return {"processor": name or platform.processor() or "unknown processor", "arch": platform.machine(),
+            "flags": flags, "torch_version": _version("torch"), "numpy_version": _version("numpy"),
+            "threads": default_threads()}
+
+
+def machine_key(shape: ShapeClass, numpy_engine: bool) -> str:
+    """[`cache_key`] of a model of `shape` on this machine."""
+    return cache_key(shape=shape, numpy_engine=numpy_engine, **machine_fields())
 
 
 def calibration_path() -> Path:
@@ -302,7 +343,8 @@ def calibrate(key: str, shape: ShapeClass, names: list[str],
               say: Callable[[str], None] | None = None, path: Path | None = None,
               timer: Callable[[], float] = time.perf_counter) -> dict:
     """The calibration entry of `key` (`{"winner", "reason", "baseline", "timings", "start", "scale", "measured"}`):
-    the one kept in the cache, unless `force`; else measured now. `load(name)` loads candidate `name` and gives `(a
+    the one kept in the cache, unless `force`; else measured now. `load(name)` loads candidate `name` (the baseline
+    once more first, untimed) and gives `(a
     callable that runs the workload, the seconds the loading took)`, or None (that candidate cannot load this model:
     left out); `names[0]` is the baseline. The candidates are compared on the reference job ([`decide`]): each one's
     start (its loading, plus `shared_start[name]`: what a fresh process pays before it, such as importing torch
@@ -316,6 +358,7 @@ def calibrate(key: str, shape: ShapeClass, names: list[str],
     say(f"hf_laser: measuring speed='auto' for {shape.describe()} on this machine, once ({', '.join(names)}: a few "
         f"seconds; kept in {calibration_path() if path is None else path})")
     runners, start = {}, {}
+    load(names[0])  # (once untimed: what the first loading in a process pays once, imports, is no mode's start)
     for name in names:
         loaded = load(name)
         if loaded is not None:
