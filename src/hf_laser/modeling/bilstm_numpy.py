@@ -185,6 +185,11 @@ class NumpyLaserBiLSTM:
         read = read_plain_weights(path)
         return None if read is None else cls(*read, threads=threads)
 
+    @property
+    def name_or_path(self) -> str:
+        """Where the model was read from (as a transformers model's `name_or_path`)."""
+        return str(getattr(self.config, "name_or_path", ""))
+
     def state_dict(self) -> dict[str, np.ndarray]:
         return dict(self._state)
 
