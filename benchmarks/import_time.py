@@ -1,4 +1,5 @@
-"""Start-up time: wall time of `import hf_laser` and `hf-laser --help` in fresh processes (median of 5).
+"""Start-up time: wall time of `import hf_laser`, `hf-laser --help` and of the Python API's first embedding
+(`LaserEncoder.from_pretrained()` + `encode(["Hello"], lang="en")` with laser-mini) in fresh processes (median of 5).
 
     python benchmarks/import_time.py [--runs 5]
 
@@ -17,6 +18,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+FIRST = ("from hf_laser import DEFAULT_MODEL, LaserEncoder; "
+         "LaserEncoder.from_pretrained(DEFAULT_MODEL, {args}).encode(['Hello'], lang='en')")
 
 
 def wall(cmd: list[str], runs: int) -> float:
@@ -40,15 +45,21 @@ def main(argv=None) -> int:
         ("hf-laser --help", [script, "--help"] if script else [py, "-m", "hf_laser.cli", "--help"]),
         ("hf-laser embed --help", [script, "embed", "--help"] if script else [py, "-m", "hf_laser.cli", "embed",
                                                                               "--help"]),
+        ("first embedding, Python API default", [py, "-c", FIRST.format(args="")]),
+        ("first embedding, engine='torch'", [py, "-c", FIRST.format(args="engine='torch'")]),
         ("import transformers", [py, "-c", "import transformers"]),
         ("import torch", [py, "-c", "import torch"]),
     ]
     probe = subprocess.run([py, "-c", "import sys, hf_laser; print('torch' in sys.modules, "
                             "'transformers' in sys.modules)"], capture_output=True, text=True, check=True)
     torch_loaded, tf_loaded = probe.stdout.split()
+    # lazy: the processor's line imports torch, which the timed processes must not find imported
+    from hf_laser.speed.cpu import cpu_info
+
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; median of {args.runs} fresh processes")
+    print(f"processor: {cpu_info().line()}")
     for name, cmd in cases:
-        print(f"  {name:<24} {wall(cmd, args.runs):6.3f} s")
+        print(f"  {name:<36} {wall(cmd, args.runs):6.3f} s")
     print(f"after `import hf_laser`: torch imported: {torch_loaded}, transformers imported: {tf_loaded}")
     return 0
 

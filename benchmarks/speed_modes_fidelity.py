@@ -73,7 +73,7 @@ def main() -> None:
           "| alone vs in its batch: mean / min cosine |")
     print("|---|---|---|---|---|---|---|---|---|")
     for model_dir in models:
-        fp32 = LaserEncoder.from_pretrained(model_dir)
+        fp32 = LaserEncoder.from_pretrained(model_dir, engine="torch")
         ids = []
         for lang in langs:
             src, tgt = tatoeba_paths(args.tatoeba_dir, lang)

@@ -47,6 +47,21 @@ def reference_embeddings(name: str, laser2: bool = False) -> np.ndarray:
     return np.load(folder / f"{name}.npy")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def speed_calibration_file(tmp_path_factory) -> Path:
+    """The speed calibration file of this test run (`speed="auto"`'s measurements, hf_laser.speed.calibration): never
+    the user's, and empty at the start; a test that needs an `auto` decision writes fake timings into it (no test
+    times real code)."""
+    path = tmp_path_factory.mktemp("speed-calibration") / "speed-calibration.json"
+    previous = os.environ.get("HF_LASER_SPEED_CALIBRATION")
+    os.environ["HF_LASER_SPEED_CALIBRATION"] = str(path)  # (the command lines run in subprocesses inherit it)
+    yield path
+    if previous is None:
+        os.environ.pop("HF_LASER_SPEED_CALIBRATION", None)
+    else:
+        os.environ["HF_LASER_SPEED_CALIBRATION"] = previous
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """`laser-ref-tiny.pt` converted with the reference BPE codes and vocabulary."""
@@ -111,7 +126,8 @@ def fra_file(path: Path, n: int) -> Path:
 
 @pytest.fixture(scope="module")
 def encoder(tiny_model_dir):
-    """A `LaserEncoder` of the tiny reference model (one per test module; test modules may define their own)."""
+    """A `LaserEncoder` of the tiny reference model on PyTorch (one per test module; test modules may define their
+    own; the Python API's default engine, the NumPy one where it loads the model, is tested in test_numpy_engine)."""
     from hf_laser.encoder import LaserEncoder
 
-    return LaserEncoder.from_pretrained(tiny_model_dir)
+    return LaserEncoder.from_pretrained(tiny_model_dir, engine="torch")

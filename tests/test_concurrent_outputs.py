@@ -46,14 +46,14 @@ if what == "cli":
 if what == "encode_file":
     model, src, out = args
     from hf_laser.errors import run_cli
-    enc = E.LaserEncoder.from_pretrained(model)
+    enc = E.LaserEncoder.from_pretrained(model, engine="torch")
     sys.exit(run_cli("encode_file", lambda: enc.encode_file(src, out, lang="fr", chunk_lines=20,
                                                             show_progress_bar=False) is None))
 if what == "cache":
     model, src, cache_dir, result = args
     sys.path.insert(0, os.getcwd())
     from evaluation.cache import EmbeddingCache
-    enc = E.LaserEncoder.from_pretrained(model)
+    enc = E.LaserEncoder.from_pretrained(model, engine="torch")
     np.save(result, np.array(EmbeddingCache(enc, cache_dir, show_progress=False).embed_file(src, "fr")))
 """
 

@@ -92,7 +92,32 @@ def test_int8_without_kernels_is_said():
     assert int8_without_kernels_message(from_flags("", "aarch64", "DEFAULT", NONE, {"asimd"})) is None
 
 
-def test_env_says_what_speed_auto_picks():
+def test_env_says_what_speed_auto_measured_here(tmp_path, monkeypatch, capsys):
+    """#69 item 1: `hf-laser env` says that nothing is measured yet (no rule of flags is presented as a measurement),
+    `--calibrate` measures (here with fake timings: no test times real code) and prints the table, and a later `env`
+    prints what was kept."""
+    import argparse
+
+    from hf_laser.commands import env
+    from hf_laser.speed import calibration
+
+    monkeypatch.setenv("HF_LASER_SPEED_CALIBRATION", str(tmp_path / "cal.json"))
     run = subprocess.run([sys.executable, "-m", "hf_laser.cli", "env"], capture_output=True, text=True, timeout=300)
-    assert "--speed auto picks here:" in run.stdout
-    assert "one-layer BiLSTM" in run.stdout and "transformer" in run.stdout
+    assert run.returncode == 0, run.stderr
+    assert "--speed auto: not measured on this machine yet" in run.stdout and "picks" not in run.stdout
+
+    def fake_measure(runners, **kwargs):
+        return {name: [0.5 if name == "fp32-torch" else 1.0] * 3 for name in runners}
+
+    monkeypatch.setattr(calibration, "measure", fake_measure)
+    import hf_laser.encoder
+
+    monkeypatch.setattr(hf_laser.encoder, "_torch_import_seconds", lambda: 1.0)  # (no timing of real code)
+    assert env.run(argparse.Namespace(calibrate=True, model=None)) == 0
+    out = capsys.readouterr()
+    assert "a 1 x 512 BiLSTM (laser-mini)" in out.out and "auto = fp32 (PyTorch)" in out.out
+    assert "fp32 (NumPy engine)  1.0000 s, median 1.0000 s of 3; start " in out.out
+    assert "measuring speed='auto' for a 1 x 512 BiLSTM" in out.err
+    run = subprocess.run([sys.executable, "-m", "hf_laser.cli", "env"], capture_output=True, text=True, timeout=300)
+    assert "--speed auto, as measured on this machine" in run.stdout, run.stdout
+    assert "auto = fp32 (PyTorch)" in run.stdout and "fp32 (PyTorch)       0.5000 s, median 0.5000 s of 3" in run.stdout

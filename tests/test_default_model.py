@@ -54,7 +54,8 @@ def test_from_pretrained_without_argument_announces_the_default(capsys):
     encoder = LaserEncoder.from_pretrained()
     assert "laser-mini" in capsys.readouterr().err
     assert encoder.dim == encoder.model.config.embedding_dim
-    assert next(encoder.model.parameters()).dtype.is_floating_point
+    assert encoder.engine == "numpy"  # the command line's engine (#69 item 2); engine="torch" for a PyTorch module
+    assert next(LaserEncoder.from_pretrained(engine="torch").model.parameters()).dtype.is_floating_point
 
 
 def test_a_shipped_model_by_its_name_unless_a_local_directory_has_that_name(tmp_path, monkeypatch, capsys):

@@ -32,9 +32,9 @@ def test_a_float16_config_still_computes_in_float32_by_default(tiny_dictionary_d
     shutil.copytree(tiny_dictionary_dir, half_dir, ignore=shutil.ignore_patterns("model*.safetensors*", "config.json"))
     LaserModel.from_pretrained(tiny_dictionary_dir).half().save_pretrained(half_dir)
     assert json.loads((half_dir / "config.json").read_text())["dtype"] == "float16"
-    enc = LaserEncoder.from_pretrained(half_dir)
+    enc = LaserEncoder.from_pretrained(half_dir, engine="torch")
     assert {p.dtype for p in enc.model.parameters()} == {torch.float32}
-    rounded = LaserEncoder.from_pretrained(tiny_dictionary_dir)
+    rounded = LaserEncoder.from_pretrained(tiny_dictionary_dir, engine="torch")
     rounded.model._apply(lambda t: t.half().float() if t.is_floating_point() else t)
     np.testing.assert_array_equal(enc.encode(fra_lines[:20], pretokenized=True),
                                   rounded.encode(fra_lines[:20], pretokenized=True))

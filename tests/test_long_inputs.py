@@ -44,7 +44,7 @@ def test_japanese_line_too_long_for_mecab_is_segmented_in_pieces():
 
 @pytest.fixture(scope="module")
 def encoder(tiny_dictionary_dir) -> LaserEncoder:
-    return LaserEncoder.from_pretrained(tiny_dictionary_dir)
+    return LaserEncoder.from_pretrained(tiny_dictionary_dir, engine="torch")
 
 
 def test_overlong_sentence_is_truncated_with_a_warning_naming_it(encoder):

@@ -227,8 +227,9 @@ def test_damaged_or_unusual_files_are_not_plain(tmp_path):
 def test_engine_choice_and_refusals():
     sentences = ["Hello world.", "Where is the station?", "I do not know what you mean by that, my friend."]
     auto = LaserEncoder.from_pretrained(DEFAULT_MODEL, engine="auto")
-    torch_encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL)  # the Python API's default stays PyTorch
+    torch_encoder = LaserEncoder.from_pretrained(DEFAULT_MODEL, engine="torch")
     assert (auto.engine, torch_encoder.engine) == ("numpy", "torch")
+    assert LaserEncoder.from_pretrained(DEFAULT_MODEL).engine == "numpy"  # the Python API's default is the CLI's
     np.testing.assert_allclose(auto.encode(sentences, lang="en"), torch_encoder.encode(sentences, lang="en"),
                                rtol=0, atol=1e-5)
     normalized = auto.encode(sentences, lang="en", normalize_embeddings=True)
@@ -277,3 +278,18 @@ def test_command_line_embeds_without_torch_and_records_the_engine(tmp_path):
     result = run_cli("embed", "--lang", "en", "-i", str(text), "-o", str(out_numpy), "-q", "--engine", "numpy",
                      "--int8")
     assert result.returncode == 2 and "--engine numpy computes float32 on the CPU only" in result.stderr
+
+
+@pytest.mark.parametrize("engine", [None, "torch"])
+def test_python_api_loads_quietly(engine):
+    """#69 item 2: the Python API's default load is the command line's (the NumPy engine: neither torch nor
+    transformers imported), and no load of a local directory prints transformers' "Loading weights" bar or a warning."""
+    args = "" if engine is None else f", engine={engine!r}"
+    code = ("import sys; from hf_laser import DEFAULT_MODEL, LaserEncoder; "
+            f"e = LaserEncoder.from_pretrained(DEFAULT_MODEL{args}); e.encode(['Hello'], lang='en'); "
+            "print(e.engine, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    run = subprocess.run([sys.executable, "-W", "default::UserWarning", "-c", code], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == (["numpy", "False", "False"] if engine is None else ["torch", "True", "True"])
+    assert "Loading weights" not in run.stderr and "UserWarning" not in run.stderr, run.stderr

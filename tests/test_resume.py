@@ -31,7 +31,7 @@ DEU = SHARED / "data" / "tatoeba" / "v1" / "tatoeba.deu-eng.deu"
 
 @pytest.fixture(scope="module")
 def encoder(tiny_model_dir) -> LaserEncoder:
-    return LaserEncoder.from_pretrained(tiny_model_dir)
+    return LaserEncoder.from_pretrained(tiny_model_dir, engine="torch")
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_complete_output_recomputed_when_anything_changed(encoder, texts, tmp_pa
     bf16 = LaserEncoder.from_pretrained(encoder_dir(encoder), dtype=torch.bfloat16)
     assert bf16.model_identity()["model"] == encoder.model_identity()["model"]  # hashed before the cast
     check('model dtype "float32" -> "bfloat16"', bf16.encode(read_lines(fr), lang="fr"), enc=bf16)
-    other = LaserEncoder.from_pretrained(encoder_dir(encoder))
+    other = LaserEncoder.from_pretrained(encoder_dir(encoder), engine="torch")
     with torch.no_grad():
         other.model.get_input_embeddings().weight[5] += 1.0
     check("model (sha256)", other.encode(read_lines(fr), lang="fr"), enc=other)
@@ -225,7 +225,7 @@ def slow(self, *a, **k):
     time.sleep(float(delay))
     return r
 E.LaserEncoder._embed_ids = slow
-enc = E.LaserEncoder.from_pretrained(model)
+enc = E.LaserEncoder.from_pretrained(model, engine="torch")
 enc.encode_file(src, out, lang="fr", chunk_lines=int(chunk), show_progress_bar=False)
 print("complete", flush=True)
 """

@@ -43,7 +43,7 @@ SHIPPED_DIM = PlainLaserConfig.from_directory(DEFAULT_MODEL).embedding_dim  # th
 def encoder():
     from hf_laser import LaserEncoder
 
-    return LaserEncoder.from_pretrained()
+    return LaserEncoder.from_pretrained(engine="torch")  # (what `hf-laser serve` computes with)
 
 
 @pytest.fixture(scope="module")

@@ -33,8 +33,8 @@ def fra_lines() -> list[str]:
 
 
 def test_reference_checkpoint_gives_the_original_embeddings(tiny_model_dir, fra_lines):
-    light = LaserEncoder.from_pretrained(tiny_model_dir, torch_only=True)
-    full = LaserEncoder.from_pretrained(tiny_model_dir)
+    light = LaserEncoder.from_pretrained(tiny_model_dir, torch_only=True, engine="torch")
+    full = LaserEncoder.from_pretrained(tiny_model_dir, engine="torch")
     assert type(light.model) is LaserBiLSTM and type(full.model) is LaserModel
     emb = light.encode(fra_lines, pretokenized=True, max_tokens=300)  # many batches of mixed lengths: packing
     assert np.abs(emb - reference_embeddings("tatoeba.fra-eng.fra")).max() <= 1e-5
@@ -56,8 +56,8 @@ def test_reference_checkpoint_gives_the_original_embeddings(tiny_model_dir, fra_
 @pytest.mark.parametrize("mode", [{}, {"dtype": torch.bfloat16}, {"quantize": "int8"}])
 def test_shipped_model_same_embeddings_in_every_mode(mode):
     sentences = ["Hello world.", "Where is the station?", "I do not know what you mean by that, my friend."]
-    light = LaserEncoder.from_pretrained(DEFAULT_MODEL, torch_only=True, **mode)
-    full = LaserEncoder.from_pretrained(DEFAULT_MODEL, **mode)
+    light = LaserEncoder.from_pretrained(DEFAULT_MODEL, torch_only=True, engine="torch", **mode)
+    full = LaserEncoder.from_pretrained(DEFAULT_MODEL, engine="torch", **mode)
     assert type(light.model) is LaserBiLSTM and light.quantize == mode.get("quantize")
     assert np.array_equal(light.encode(sentences, lang="en"), full.encode(sentences, lang="en"))
     assert light.model_identity() == full.model_identity()

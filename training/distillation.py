@@ -29,7 +29,7 @@ def load_teacher(path: str | Path, device: str | torch.device = "cpu"):
     """The teacher as a `LaserEncoder` (PyTorch, float32; its weights are never trained)."""
     from hf_laser import LaserEncoder
 
-    teacher = LaserEncoder.from_pretrained(str(path), device=None if str(device) == "cpu" else device)
+    teacher = LaserEncoder.from_pretrained(str(path), device=None if str(device) == "cpu" else device, engine="torch")
     if getattr(teacher, "tokenizer", None) is None:
         raise ValueError(f"distillation.teacher {path} has no tokenizer: the teacher reads raw target sentences")
     return teacher

@@ -34,7 +34,8 @@ SUBCOMMANDS = {
     "decode": ("decode", "SONAR sentence embeddings (.npy) back into text with SONAR's text decoder"),
     "similar": ("similar", "print the nearest neighbours of sentences among other sentences (any languages)"),
     "push": ("push", "upload a model directory (+ card and results) to the Hub"),
-    "env": ("env", "versions, the processor and which speed modes (fp32, bf16, int8) it makes fast"),
+    "env": ("env", "versions, the processor, which speed modes (fp32, bf16, int8) it makes fast, and what "
+                       "--speed auto measured here (--calibrate: measure again)"),
     "serve": ("serve", "serve embeddings over HTTP: the OpenAI embeddings API, LASER's /vectorize, and a demo page"),
 }
 

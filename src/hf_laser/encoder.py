@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -45,8 +46,13 @@ from .outputs import (  # noqa: F401 (re-exported)
     tokenizer_sha256,
     write_json_atomic,
 )
-from .speed import ModelShape
+from .speed import ModelShape, SpeedChoice, from_calibration
 from .speed import resolve as choose_speed_mode
+from .speed import rule as speed_rule
+from .speed.calibration import CANDIDATES, ShapeClass, calibrate, calibration_path, machine_key
+from .speed.calibration import candidates as speed_candidates
+from .speed.calibration import read_calibrations, reference_scale, slower_than_fp32
+from .speed.calibration import workload as calibration_workload
 from .speed.cpu import cpu_info, emulated_dtype_message, int8_without_kernels_message
 from .text.langid import CHECK_SAMPLE, warn_at_caller
 from .text.sonar_languages import SonarLineTokenizer, is_sonar_directory
@@ -204,7 +210,7 @@ class LaserEncoder:
             dtype: model dtype (`torch.float32` default, also for a directory whose config names another dtype;
                 `torch.bfloat16`/`torch.float16` trade fidelity for speed).
             quantize: `"int8"` applies dynamic int8 quantisation to the LSTM, or to the linear layers of a LASER3
-                transformer (CPU only; faster, as measured in docs/speed.md; embeddings no longer within 1e-5 of
+                transformer (CPU only; faster, as measured in docs/measured/; embeddings no longer within 1e-5 of
                 the original, and each batch's range sets the quantisation, so a vector also depends a little on the
                 sentences batched with it).
             torch_only: load the weights into the plain-PyTorch [`~bilstm.LaserBiLSTM`] (same embeddings, no
@@ -213,26 +219,33 @@ class LaserEncoder:
                 given, without importing transformers: about half of the start-up of a process (the command-line
                 tools use it). Otherwise, and for anything unusual, `LaserModel` / `LaserTokenizer.from_pretrained`
                 (without transformers' "Loading weights" bar for a local directory).
-            engine: what computes the embeddings. `"torch"` (default): PyTorch, every device, dtype and option.
+            engine: what computes the embeddings. `"torch"`: PyTorch, every device, dtype and option.
                 `"numpy"`: [`~bilstm_numpy.NumpyLaserBiLSTM`], float32 on the CPU without importing torch (1.3-3 s
-                of a process's start-up; also faster per sentence on a small CPU, docs/speed.md, "laser-mini end to end"),
+                of a process's start-up; also faster per sentence on a small CPU, docs/measured/laser-mini-cli.md),
                 the embeddings of `"torch"` to float round-off (~1e-6); it needs a plain local LASER directory
                 (`model.safetensors` matching its config) and no `device` other than the CPU, `dtype` other than
                 float32, `quantize` or other loading argument: anything else is a ValueError. `"auto"`: `"numpy"`
-                where it can, else `"torch"` (the command line's default). `encoder.engine` says which was used,
-                and an embedding manifest records it. None: `"torch"`, or what `speed` says.
+                where it can, else `"torch"`. `encoder.engine` says which was used, and an embedding manifest
+                records it. None (default): `"auto"`, as the command line (a fresh process embeds its first sentence
+                with laser-mini in well under a second instead of several: docs/measured/start-up.md), or what
+                `speed` says; give `engine="torch"` for a PyTorch module in `encoder.model` (`save_pretrained`,
+                another device, autograd).
             speed: a speed mode instead of `dtype` / `quantize` / `engine` ([`~speed`]): `"fp32"` (the original's
                 numbers, on the fastest float32 engine that can load the model), `"bf16"`, `"int8"`, or `"auto"`:
-                the fastest mode on this processor within the fidelity bounds (Tatoeba error within 0.2 points,
-                cosine to float32 of 0.999 or more), by rules from measurements (docs/speed.md). `encoder.speed`
-                says what was chosen and why; an embedding's manifest records the engine, dtype and quantisation
-                it came from. A model set's members each choose for themselves.
+                the fastest mode on this machine within the fidelity bounds (Tatoeba error within 0.2 points,
+                cosine to float32 of 0.999 or more), measured the first time for this kind of model on this machine
+                (a few seconds, one line on stderr; kept in the user's cache, [`~speed.calibration`]; a mode other
+                than float32 only where it beats float32 beyond the timings' noise); float32 on a GPU and for SONAR.
+                A [`~speed.SpeedChoice`] (from [`decide_speed`]: a driver's decision for its workers) is used as
+                it is. An explicit mode measured slower than float32 here says so (a `UserWarning`).
+                `encoder.speed` says what was chosen and why; an embedding's manifest records the engine, dtype
+                and quantisation it came from. A model set's members each choose for themselves.
         """
         if speed is not None and (dtype is not None or quantize is not None or engine is not None):
             raise ValueError("speed= chooses the dtype, quantisation and engine: give speed, or dtype / quantize / "
                              "engine, not both")
         if engine is None and speed is None:
-            engine = "torch"
+            engine = "auto"  # the command line's choice: NumPy where it can (no torch nor transformers to import)
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
         resolved = resolve(path, who="LaserEncoder", hub_kwargs=kwargs)
@@ -290,8 +303,8 @@ class LaserEncoder:
             # lazy: modeling.modeling_laser imports torch, transformers
             from .modeling.modeling_laser import LaserModel
 
-            quiet = torch_only and Path(path).is_dir() and hf_logging.is_progress_bar_enabled()
-            if quiet:  # the command lines' loading: no "Loading weights" bar for a local directory
+            quiet = Path(path).is_dir() and hf_logging.is_progress_bar_enabled()
+            if quiet:  # no "Loading weights" bar for a local directory (download bars stay for Hub ids)
                 hf_logging.disable_progress_bar()
             try:
                 if sonar:
@@ -843,10 +856,12 @@ class LaserEncoder:
             return np.load(output_path, mmap_mode="r"), stats
 
 
-def _resolve_speed(speed: str, path, device, kwargs):
+def _resolve_speed(speed, path, device, kwargs, *, force: bool = False, say=None) -> SpeedChoice:
     """`from_pretrained(speed=...)` as a [`~speed.SpeedChoice`] for the model at `path` (its config.json read for
-    its shape: a Hub id's is fetched, as loading it would)."""
-
+    its shape: a Hub id's is fetched, as loading it would); `"auto"` on the CPU is measured once per machine and
+    shape class ([`~speed.calibration`]; `force`: measured again)."""
+    if isinstance(speed, SpeedChoice):
+        return speed  # decided already (by the driver of a run spread over processes or machines)
     if device is None:
         device_type = "cpu"
     else:
@@ -855,8 +870,24 @@ def _resolve_speed(speed: str, path, device, kwargs):
 
         device_type = torch.device(device).type
     if speed != "auto":
-        return choose_speed_mode(speed, None, None, device_type)
+        choice = choose_speed_mode(speed, device_type)
+        if device_type == "cpu" and speed != "fp32" and calibration_path().is_file():
+            config = _model_config(path, kwargs)
+            entry = read_calibrations().get(_calibration_key(path, config, kwargs))
+            slower = entry and slower_than_fp32(entry, speed)
+            if slower:
+                warn_at_caller(f"speed={speed!r} was measured {slower:.1f}x slower than float32 for this kind of model "
+                               f"on this machine ({entry['measured']}; `hf-laser env --calibrate` measures again): "
+                               "speed='fp32' or 'auto' is faster here")
+        return choice
+    config = _model_config(path, kwargs)
+    ruled = speed_rule(ModelShape.from_config(config), device_type)
+    if ruled is not None:
+        return ruled
+    return from_calibration(_calibrate(path, config, kwargs, force=force, say=say))
 
+
+def _model_config(path, kwargs) -> dict:
     config_file = Path(str(path)).expanduser() / "config.json"
     if not config_file.is_file():
         # lazy: the Hub client, needed for Hub calls only
@@ -864,8 +895,91 @@ def _resolve_speed(speed: str, path, device, kwargs):
 
         config_file = hf_hub_download(str(path), "config.json", revision=kwargs.get("revision"),
                                       cache_dir=kwargs.get("cache_dir"))
-    config = json.loads(Path(config_file).read_text(encoding="utf-8"))
-    return choose_speed_mode(speed, cpu_info(), ModelShape.from_config(config), device_type)
+    return json.loads(Path(config_file).read_text(encoding="utf-8"))
+
+
+def _numpy_engine_may_load(path, config, kwargs) -> bool:
+    return (config.get("encoder_type", "bilstm") == "bilstm" and _why_not_numpy(path, None, None, None, kwargs) is None
+            and (Path(path) / "model.safetensors").is_file())
+
+
+def _calibration_key(path, config, kwargs) -> str:
+    return machine_key(ShapeClass.from_config(config), _numpy_engine_may_load(path, config, kwargs))
+
+
+def _calibrate(path, config, kwargs, *, force: bool = False, say=None) -> dict:
+    """The calibration entry of this model's shape class on this machine: kept, or measured now on the model at
+    `path` itself (each candidate loaded as `from_pretrained` loads it, and run on [`calibration.workload`]; a
+    candidate on PyTorch, where the default is the NumPy engine, also pays for importing torch in a fresh process)."""
+    key = _calibration_key(path, config, kwargs)
+    if not force:
+        kept = read_calibrations().get(key)
+        if kept is not None:
+            return kept  # (without importing torch: a kept NumPy choice loads without it)
+    # lazy: torch (the NumPy engine and the command line's start run without it)
+    import torch
+
+    shape = ShapeClass.from_config(config)
+    numpy_engine = _numpy_engine_may_load(path, config, kwargs)
+    names = [c.name for c in speed_candidates(cpu_info(), shape.encoder_type, numpy_engine)]
+
+    def load(name):
+        candidate = CANDIDATES[name]
+        if candidate.engine == "numpy":
+            loading = {"engine": "numpy"}
+        else:
+            loading = {"engine": "torch", "torch_only": True,
+                       "dtype": torch.bfloat16 if candidate.mode == "bf16" else None,
+                       "quantize": "int8" if candidate.mode == "int8" else None, **kwargs}
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                encoder = LaserEncoder.from_pretrained(path, **loading)
+            except (OSError, ValueError):
+                return None
+        seconds = time.perf_counter() - t0
+        ids = calibration_workload(shape, int(config.get("vocab_size", 1000)), encoder.eos_id)
+        return partial(encoder._embed_ids, ids, max_tokens=DEFAULT_MAX_TOKENS, batch_size=None, device=None,
+                       show_progress_bar=False), seconds
+
+    torch_start = _torch_import_seconds() if numpy_engine else 0.0
+    shared = {name: torch_start for name in names if CANDIDATES[name].engine == "torch"}
+    workload_ids = calibration_workload(shape, int(config.get("vocab_size", 1000)), 2)
+    return calibrate(key, shape, names, load, scale=reference_scale(workload_ids), shared_start=shared, force=True,
+                     say=say)
+
+
+def _torch_import_seconds() -> float:
+    """What importing torch costs a fresh process here (a process of `python -c "import torch"` less one of
+    `python -c pass`): what a mode on PyTorch pays that the NumPy engine does not."""
+    def wall(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=False, capture_output=True)
+        return time.perf_counter() - t0
+
+    return max(0.0, wall("import torch") - wall("pass"))
+
+
+def decide_speed(speed, model=None, device=None, **kwargs):
+    """What `LaserEncoder.from_pretrained(model, speed=speed, device=device)` would compute in, decided here once:
+    the [`~speed.SpeedChoice`] to give every worker of a run spread over processes or machines (`hf-laser
+    embed-shards`, [`~mining.on_ray`]), so that they all compute alike (a calibration on each could differ). `speed`
+    None is returned as None; a model set's members choose for themselves (its `speed` is returned as given)."""
+    if speed is None or isinstance(speed, SpeedChoice):
+        return speed
+    resolved = resolve(model, who="LaserEncoder")
+    if resolved.is_set:
+        return speed
+    return _resolve_speed(speed, resolved.location, device, kwargs)
+
+
+def calibrate_speed(model=None, *, say=None) -> tuple[dict, ShapeClass]:
+    """Measures `speed="auto"`'s candidates again for `model`'s shape class on this machine (`hf-laser env
+    --calibrate`): `(calibration entry, shape class)`, the entry kept for the next `auto`."""
+    path = resolve(model, who="LaserEncoder").location
+    config = _model_config(path, {})
+    return _calibrate(path, config, {}, force=True, say=say), ShapeClass.from_config(config)
 
 
 def _why_not_numpy(path, device, dtype, quantize, kwargs) -> str | None:

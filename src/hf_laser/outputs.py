@@ -174,7 +174,9 @@ def _member_identity(encoder, lang) -> dict:
     if isinstance(lang, str):
         return model_identity(model_for(lang))
     members = {code: model_identity(model_for(code)) for code in sorted(set(lang or [None]))}
-    return {key: {code: identity[key] for code, identity in members.items()} for key in next(iter(members.values()))}
+    # (members on different engines have different keys: the NumPy engine's `engine`, `engine_revision`)
+    keys = list(dict.fromkeys(key for identity in members.values() for key in identity))
+    return {key: {code: identity.get(key) for code, identity in members.items()} for key in keys}
 
 
 def embedding_identity(encoder, input_info: dict, *, lang, pretokenized: bool = False, fp16: bool = False,

@@ -39,14 +39,26 @@ def load_encoder_for_cli(model, who: str, *, pretokenized: bool = False, langs: 
     from ..encoder import LaserEncoder
 
     check_model_dir(model)
+    if "engine" not in kwargs and "speed" not in kwargs:
+        # the commands without --engine (mine, embed-shards, serve, similar) compute on PyTorch, as before the library's
+        # default became the NumPy engine: their outputs stay the same bits
+        kwargs["engine"] = "torch"
     try:
         # torch_only: a plain local directory never imports transformers, half of a command's start-up (and any other
         # local directory loads without a "Loading weights" bar; download bars stay for Hub ids)
-        with warnings.catch_warnings():  # (a slow dtype is said below, in the command's words)
+        with warnings.catch_warnings(record=True) as caught:  # (a slow dtype is said below, in the command's words)
             warnings.filterwarnings("ignore", message="this CPU has no (native|int8)")
+            warnings.filterwarnings("always", message="speed=.* was measured")
             encoder = LaserEncoder.from_pretrained(model, torch_only=True, **kwargs)
     except (OSError, ValueError) as err:
         raise UsageError(f"cannot load the model {model}: {one_line(err)}") from err
+    for caught_warning in caught:  # (the others as they would have been shown)
+        if str(caught_warning.message).startswith("speed="):
+            print(f"{who}: --speed {kwargs.get('speed')}: {str(caught_warning.message).split(' ', 1)[1]}",
+                  file=sys.stderr)
+        else:
+            warnings.showwarning(caught_warning.message, caught_warning.category, caught_warning.filename,
+                                 caught_warning.lineno)
     choice = getattr(encoder, "speed", None)
     dtype = kwargs.get("dtype") if choice is None else choice.dtype()
     slow = dtype is not None and slow_cpu_dtype_message(dtype, kwargs.get("device") or "cpu")

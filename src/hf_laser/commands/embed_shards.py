@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import multiprocessing as mp
 import os
 import sys
@@ -66,6 +67,30 @@ def _is_parquet(path: str) -> bool:
 
 def _speed(args: argparse.Namespace) -> dict:
     return {"speed": args.speed} if getattr(args, "speed", None) else {}
+
+
+def _say_choice(choice, how: str) -> None:
+    engine = "NumPy where it loads the model" if choice.engine == "auto" else "PyTorch"
+    print(f"{WHO}: --speed auto: {choice.mode} on {engine}, {how} ({choice.reason})", file=sys.stderr)
+
+
+def _decide_once(args: argparse.Namespace, model, device, world: int) -> None:
+    """`--speed auto` decided once for every process of this run (its [`~hf_laser.speed.SpeedChoice`] in
+    `args.speed`): by this process where it starts the others (`--nproc`), else by the first rank to get here, recorded
+    in the embedding directory for the other ranks ([`hf_laser.speed.agreed_choice`]): shards never mix modes."""
+    if getattr(args, "speed", None) != "auto":
+        return
+    # lazy: encoder imports numpy, tqdm
+    from ..encoder import decide_speed
+    from ..speed import agreed_choice
+
+    if world <= 1:
+        args.speed = decide_speed("auto", model, device)
+        _say_choice(args.speed, "for every worker")
+        return
+    record = Path(args.embed_dir) / f".speed-auto.{hashlib.sha256(str(model).encode()).hexdigest()[:16]}.json"
+    args.speed = agreed_choice(record, lambda: decide_speed("auto", model, device))
+    _say_choice(args.speed, f"as every rank (recorded in {record})")
 
 
 def _worker(args: argparse.Namespace, rank: int, world: int, threads: int) -> None:
@@ -135,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if getattr(args, "nproc", None):
         n = int(args.nproc)
+        _decide_once(args, model, args.device or "cpu", 1)
         ctx = mp.get_context("spawn")
         threads = max(1, (os.cpu_count() or 1) // n)
         procs = [ctx.Process(target=_worker, args=(args, r, n, threads)) for r in range(n)]
@@ -162,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank)) % torch.cuda.device_count()}"
         else:
             device = "cpu"
+    _decide_once(args, model, device, world)
     # rank 0 says which member of a model set embeds each input's language (once, not once per rank)
     langs = {f"--input {lang}": lang for lang, _ in args.input} if rank == 0 else None
     encoder = load_encoder_for_cli(model, WHO, pretokenized=args.pretokenized, langs=langs, device=device,

@@ -1,19 +1,38 @@
-"""`hf-laser env`: versions, the processor and which speed modes it makes fast (for a bug report, and before
-choosing `--speed`, `--dtype bfloat16` or `--int8`)."""
+"""`hf-laser env`: versions, the processor, which speed modes it makes fast, and what `--speed auto` measured here
+(`--calibrate`: measure again and print the table)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
+import statistics
 import sys
 
 from .. import __version__
-from ..speed import ModelShape, choose
+from ..speed.calibration import LABELS, ShapeClass, calibration_path, machine_key, read_calibrations
 from ..speed.cpu import MODES, cpu_info
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure --speed auto's candidate modes again on this machine (a few seconds per model) "
+                             "and print the table; kept for the next --speed auto")
+    parser.add_argument("--model", action="append", default=None,
+                        help="with --calibrate: a model whose kind to measure (repeatable; default: the shipped "
+                             "laser-mini); other kinds are measured on their first --speed auto")
+
+
+def print_entry(what: str, entry: dict) -> None:
+    scale, start = entry.get("scale", 1.0), entry.get("start", {})
+    print(f"  {what}, measured {entry['measured']}: auto = {LABELS[entry['winner']]}")
+    print(f"    (the workload's best and median time; the reference job, {scale:.0f} workloads in a fresh process: "
+          "start, then the total)")
+    base = start.get(entry["baseline"], 0.0) + scale * min(entry["timings"][entry["baseline"]])
+    for name, times in entry["timings"].items():
+        total = start.get(name, 0.0) + scale * min(times)
+        print(f"    {LABELS[name]:<20} {min(times):.4f} s, median {statistics.median(times):.4f} s of {len(times)}; "
+              f"start {start.get(name, 0.0):.2f} s, total {total:.2f} s ({base / total:.2f}x {entry['baseline']})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,13 +46,27 @@ def run(args: argparse.Namespace) -> int:
     notes = info.notes()
     for mode in MODES:
         print(f"  {mode:<5} {notes[mode]}")
-
-    print("--speed auto picks here:")
-    for name, shape in (("a one-layer BiLSTM (laser-mini)", ModelShape("bilstm", 1)),
-                        ("a deeper BiLSTM (LASER, LASER2)", ModelShape("bilstm", 5)),
-                        ("a transformer (LASER3 students)", ModelShape("transformer", 12))):
-        choice = choose(info, shape)
-        engine = "NumPy engine where it can load the model" if choice.engine == "auto" else "PyTorch"
-        print(f"  {name}: {choice.mode} ({engine}; {choice.reason})")
     sys.stdout.flush()
+    if getattr(args, "calibrate", False):
+        # lazy: encoder imports numpy, tqdm (not needed by `hf-laser env` without --calibrate)
+        from ..encoder import calibrate_speed
+
+        print("--speed auto, measured now (each mode's best time on the calibration workload):")
+        for model in args.model or [None]:
+            entry, shape = calibrate_speed(model, say=lambda message: print(message, file=sys.stderr, flush=True))
+            print_entry(f"{shape.describe()} ({model or 'laser-mini'})", entry)
+        return 0
+    here = json.loads(machine_key(ShapeClass("", 0, 0, 0), False))
+    mine = {}
+    for key, entry in read_calibrations().items():
+        k = json.loads(key)
+        if all(k.get(field) == value for field, value in here.items() if field not in ("shape", "numpy_engine")):
+            mine[tuple(k["shape"])] = entry
+    if not mine:
+        print(f"--speed auto: not measured on this machine yet ({calibration_path()}): the first --speed auto for a "
+              "kind of model measures its candidate modes (a few seconds), or run `hf-laser env --calibrate`")
+        return 0
+    print(f"--speed auto, as measured on this machine ({calibration_path()}):")
+    for shape, entry in sorted(mine.items()):
+        print_entry(ShapeClass(*shape).describe(), entry)
     return 0

@@ -145,6 +145,8 @@ class LaserMTEBEncoder(AbsEncoder):
             _check_laser_directory(path)
             if revision is not None:
                 kwargs["revision"] = revision
+            if "speed" not in kwargs:
+                kwargs.setdefault("engine", "torch")  # (PyTorch, as before the library's default became NumPy's)
             encoder = LaserEncoder.from_pretrained(path, device=device, **kwargs)
         elif kwargs:
             raise TypeError(f"{sorted(kwargs)} are loading options: they cannot apply to an already loaded encoder")
@@ -167,7 +169,8 @@ class LaserMTEBEncoder(AbsEncoder):
             revision=revision,
             release_date=None,
             languages=None,
-            n_parameters=sum(p.numel() for p in encoder.model.parameters()),
+            n_parameters=(sum(p.numel() for p in encoder.model.parameters()) if encoder.engine == "torch" else
+                          sum(a.size for a in encoder.model.state_dict().values())),
             memory_usage_mb=None,
             # an LSTM: no position limit; SONAR: its 514 positions
             max_tokens=float(getattr(config, "max_position_embeddings", float("inf"))

@@ -43,7 +43,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..defaults import DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_MAX_TOKENS
-from ..encoder import LaserEncoder, load_tokenizer
+from ..encoder import LaserEncoder, decide_speed, load_tokenizer
 from ..models import resolve_model
 from ..outputs import embedding_identity, identity_changes
 from ..text.languages import check_language
@@ -88,6 +88,12 @@ def _start(model, who: str, num_encoders: int | None, gpus_per_encoder: float, l
         path = str(Path(str(path)).expanduser().resolve())  # the same path on every node of a shared filesystem
     if gpus_per_encoder:
         loading.setdefault("device", "cuda")
+    if "speed" not in loading:
+        loading.setdefault("engine", "torch")  # (as before the library's default became the NumPy engine)
+    if loading.get("speed") == "auto":
+        # decided once, here on the driver (a measurement on each actor's machine could differ): every actor loads
+        # this SpeedChoice, and every output's identity records its engine, dtype and quantisation
+        loading["speed"] = decide_speed("auto", path, loading.get("device"))
     if not ray.is_initialized():
         _init_ray(ray)
     if num_encoders is None:
@@ -347,7 +353,7 @@ def embed_files(inputs, embed_dir: str | os.PathLike, model: str | os.PathLike |
         tokenizers_per_encoder: processes that preprocess and tokenize the next chunk of a shard while its encoder
             embeds the current one (`encode_file`'s `num_proc`; each also reserves a CPU of the cluster). 1: one
             thread beside the model, enough on a CPU; a GPU embeds faster than one thread tokenizes (16,000
-            sentences/s with 8 of them on an H200, docs/speed.md).
+            sentences/s with 8 of them on an H200, docs/measured/full-size.md).
         pretokenized, fp16, max_tokens, max_sentence_tokens: as for `embed_shards`.
         say: called with a line per finished file (None: quiet).
     """

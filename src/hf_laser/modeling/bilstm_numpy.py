@@ -4,7 +4,7 @@
 max-pool over each sentence's tokens) in float32 on the CPU, to float round-off (measured against PyTorch: at most
 1.2e-6 apart on laser-mini's embeddings of 10,000 Tatoeba lines; tests/test_numpy_engine.py holds it to the original
 encoder's reference embeddings within 1e-5, like the PyTorch model). Importing torch takes 1.3-3 s on a small machine, about as long as embedding 5,000
-short sentences, so `hf-laser embed` uses this engine where it can (`--engine`, docs/speed.md, "laser-mini end to end").
+short sentences, so `hf-laser embed` uses this engine where it can (`--engine`, docs/measured/laser-mini-cli.md).
 
 How it is fast, exactly:
 
@@ -184,6 +184,11 @@ class NumpyLaserBiLSTM:
         """The model of a plain local LASER directory, or None for anything else (see [`~plain_weights`])."""
         read = read_plain_weights(path)
         return None if read is None else cls(*read, threads=threads)
+
+    @property
+    def name_or_path(self) -> str:
+        """Where the model was read from (as a transformers model's `name_or_path`)."""
+        return str(getattr(self.config, "name_or_path", ""))
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return dict(self._state)

@@ -130,7 +130,7 @@ def cpu_info() -> CpuInfo:
 def emulated_dtype_message(dtype, device, *, flag: str, int8: str = "quantize='int8'") -> str | None:
     """Why a bfloat16 / float16 model will be slow on this device, where the CPU has no native arithmetic for it
     (oneDNN's own probes, as PyTorch's kernels decide): PyTorch then emulates it, slower than float32 (6x measured
-    on an AVX2-only AMD EPYC, docs/speed.md). `flag` and `int8` name the settings in the message (`--dtype
+    on an AVX2-only AMD EPYC, docs/measured/processors.md). `flag` and `int8` name the settings in the message (`--dtype
     bfloat16` / `--int8` on a command line). None where nothing is to be said."""
     # lazy: torch (the NumPy engine and the command line's start run without it)
     import torch
