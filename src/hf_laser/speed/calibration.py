@@ -8,8 +8,8 @@ other than the float32 default is chosen only if its best time beats the default
 noise ([`decide`]): ties and near-ties stay float32, so `auto` is never slower than doing nothing, as far as this
 machine's timings can tell.
 
-The result is kept in the user's cache (`$HF_LASER_CACHE/speed-calibration.json`, default
-`~/.cache/hf_laser/laser/`; `$HF_LASER_SPEED_CALIBRATION` names another file), keyed by what the timings depend on
+The result is kept in the user's cache (`~/.cache/hf_laser/speed-calibration.json`; `$HF_LASER_SPEED_CALIBRATION`
+names another file), keyed by what the timings depend on
 ([`cache_key`]: the processor's name and flags, PyTorch's and NumPy's versions, the number of threads, the model's
 shape class and whether the NumPy engine can load it), and reused after. The file is untrusted input: one that is
 too large, not JSON, of another version or with a malformed entry is ignored with one warning, and measured again.
@@ -252,12 +252,12 @@ def machine_key(shape: ShapeClass, numpy_engine: bool) -> str:
 
 
 def calibration_path() -> Path:
-    """Where calibrations are kept: `$HF_LASER_SPEED_CALIBRATION`, else `speed-calibration.json` in the user's
-    hf_laser cache (`$HF_LASER_CACHE`, default `~/.cache/hf_laser/laser`)."""
+    """Where calibrations are kept: `$HF_LASER_SPEED_CALIBRATION`, else `~/.cache/hf_laser/speed-calibration.json`
+    (one name per thing: not in the download cache, whose variable names downloads)."""
     named = os.environ.get("HF_LASER_SPEED_CALIBRATION")
     if named:
         return Path(named)
-    return Path(os.environ.get("HF_LASER_CACHE") or Path.home() / ".cache" / "hf_laser" / "laser") / CACHE_FILE
+    return Path.home() / ".cache" / "hf_laser" / CACHE_FILE
 
 
 def _valid_entry(entry) -> bool:
