@@ -34,7 +34,7 @@ from .defaults import DEFAULT_CHUNK_LINES, DEFAULT_MAX_SENTENCE_TOKENS, DEFAULT_
 from .errors import DISK_ERRNOS, EmbeddingWriteError, UsageError, one_line, run_cli  # noqa: F401 (re-exported)
 from .model_set import RoutedLaserEncoder
 from .modeling.bilstm_numpy import NumpyLaserBiLSTM
-from .models import check_model_dir, looks_local, resolve, resolve_model  # noqa: F401 (re-exported)
+from .models import HUB_KWARGS, check_model_dir, looks_local, resolve, resolve_model  # noqa: F401 (re-exported)
 from .outputs import (  # noqa: F401 (re-exported)
     MANIFEST_FORMAT,
     OutputFiles,
@@ -249,6 +249,10 @@ class LaserEncoder:
         if engine is not None and engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
         resolved = resolve(path, who="LaserEncoder", hub_kwargs=kwargs)
+        if resolved.given is not None and resolved.location != resolved.given and resolved.kind in ("directory",
+                                                                                                   "model_set"):
+            # a Hub id, fetched: its snapshot is a local directory, and the Hub's arguments said which one
+            kwargs = {k: v for k, v in kwargs.items() if k not in HUB_KWARGS}
         if resolved.is_set:
             # LASER2 + LASER3 students: one encoder that embeds each sentence with the model of its language
             return RoutedLaserEncoder.from_pretrained(resolved.location, cls.from_pretrained, device=device,

@@ -16,11 +16,11 @@ from ..speed.cpu import MODES, cpu_info
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", action="store_true",
-                        help="measure --speed auto's candidate modes again on this machine (a few seconds per model) "
-                             "and print the table; kept for the next --speed auto")
+                        help="measure the candidate modes of the 'auto' speed mode again on this machine (seconds per "
+                             "model) and print the table; kept for the next use of 'auto'")
     parser.add_argument("--model", action="append", default=None,
                         help="with --calibrate: a model whose kind to measure (repeatable; default: the shipped "
-                             "laser-mini); other kinds are measured on their first --speed auto")
+                             "laser-mini); other kinds are measured on their first use of 'auto'")
 
 
 def print_entry(what: str, entry: dict) -> None:

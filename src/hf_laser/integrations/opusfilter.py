@@ -100,7 +100,8 @@ class LaserScoreMixin:
             raise ConfigurationError(f"LaserScoreFilter: method {method} (margin {margin}) needs a threshold")
         super().__init__(**kwargs)
         try:
-            self.encoder = LaserEncoder.from_pretrained(model)
+            # PyTorch, as `hf-laser score` computes: the same scores, to the last bit
+            self.encoder = LaserEncoder.from_pretrained(model, engine="torch")
         except (OSError, ValueError, UsageError) as err:
             raise ConfigurationError(f"LaserScoreFilter: cannot load the model {model}: {err}") from None
 
