@@ -1,6 +1,6 @@
 """The Hub for real: `hf-laser push` into a Hub-protocol server on 127.0.0.1 (tests/hub_server.py, `HF_ENDPOINT`), then
 `LaserEncoder.from_pretrained("owner/name")`, `AutoModel` / `AutoTokenizer` with the directory's remote code,
-sentence-transformers and `hf-laser download owner/name` read it back, by revision, and give the embeddings of the
+sentence-transformers (a model directory, and a model set as one model) and `hf-laser download owner/name` read it back, by revision, and give the embeddings of the
 local directory. Each client runs in a process of its own (the Hub client reads `HF_ENDPOINT` when imported), with
 its own Hub cache.
 """
@@ -73,6 +73,17 @@ def test_push_and_load_a_model_set(hub, tmp_path):
     expected = local_embeddings("laser-mini-set")
     got = embeddings_from(hub, "user/laser-mini-set")
     np.testing.assert_array_equal(got, expected)
+
+    # sentence-transformers: the set as one model, each sentence by the member of its language
+    done = run(hub, f"""
+import json
+from hf_laser.integrations.sentence_transformers_sets import set_sentence_transformer
+model = set_sentence_transformer("user/laser-mini-set")
+items = [{{"text": t, "lang": l}} for t, l in zip({SENTENCES!r}, {LANGS!r})]
+print(json.dumps(model.encode(items).tolist()))
+""")
+    np.testing.assert_allclose(np.array(json.loads(done.stdout.strip().splitlines()[-1])), expected, rtol=0,
+                               atol=1e-5)
 
     # hf-laser download: the snapshot, then the same embeddings from the path it prints
     done = run(hub, args=["download", "user/laser-mini-set"])

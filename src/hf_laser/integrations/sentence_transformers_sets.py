@@ -26,6 +26,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule
 
 from ..model_set import RoutedLaserEncoder, read_model_set, write_model_set
+from ..models import resolve
 from .sentence_transformers_inputs import split_items
 from .sentence_transformers_laser import LaserSentenceTransformerModule
 
@@ -100,9 +101,12 @@ class LaserSetSentenceTransformerModule(InputModule):
         return f"LaserSetSentenceTransformerModule(members={list(self.members)})"
 
 
-def set_sentence_transformer(path: str | os.PathLike, **kwargs):
-    """A `SentenceTransformer` of the model set at `path` (see the module docstring); `kwargs` go to the
-    `SentenceTransformer` (e.g. `device`)."""
-
-    return SentenceTransformer(modules=[LaserSetSentenceTransformerModule.load(str(Path(path).expanduser()))],
-                               **kwargs)
+def set_sentence_transformer(path: str | os.PathLike, *, revision: str | None = None, **kwargs):
+    """A `SentenceTransformer` of the model set at `path` (see the module docstring): a directory, a shipped set's
+    name (`"laser-mini-set"`) or a Hub id (`"owner/name"`, its snapshot at `revision`, as `LaserEncoder` fetches
+    it); `kwargs` go to the `SentenceTransformer` (e.g. `device`)."""
+    resolved = resolve(path, who="set_sentence_transformer", hub_kwargs={"revision": revision})
+    if resolved.kind == "members" or not resolved.is_set:
+        raise ValueError(f"{path} is not a model set (a directory with laser_model_set.json)")
+    location = str(Path(resolved.location).expanduser())
+    return SentenceTransformer(modules=[LaserSetSentenceTransformerModule.load(location)], **kwargs)
