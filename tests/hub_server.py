@@ -29,6 +29,7 @@ class HubState:
         self.repos: dict[str, dict] = {}
         self.lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []
+        self.hide_sizes: set[str] = set()  # repositories whose model info gives no file sizes
 
     def files(self, repo_id: str, revision: str) -> tuple[str, dict[str, bytes]] | None:
         repo = self.repos.get(repo_id)
@@ -181,7 +182,8 @@ class HubHandler(BaseHTTPRequestHandler):
         self._json(200, {"id": repo_id, "modelId": repo_id, "sha": sha, "private": False, "disabled": False,
                          "gated": False, "downloads": 0, "likes": 0, "tags": [], "lastModified":
                          "2026-12-07T00:00:00.000Z", "createdAt": "2026-12-07T00:00:00.000Z",
-                         "siblings": [{"rfilename": p, "size": len(d)} for p, d in sorted(files.items())]})
+                         "siblings": [{"rfilename": p, **({} if repo_id in self.state.hide_sizes else {"size": len(d)})}
+                                      for p, d in sorted(files.items())]})
 
     def _tree(self, repo_id: str, revision: str, prefix: str) -> None:
         """The files (and folders) under `prefix`, recursively (`list_repo_tree(recursive=True)`: one page)."""

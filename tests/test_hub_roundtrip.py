@@ -94,6 +94,9 @@ print(json.dumps(model.encode(items).tolist()))
     # offline afterwards: the cached snapshot, without a request
     before = len(hub.state.requests)
     np.testing.assert_array_equal(embeddings_from(hub, "user/laser-mini-set", HF_HUB_OFFLINE="1"), expected)
+    done = run(hub, args=["download", "user/laser-mini-set"], extra_env={"HF_HUB_OFFLINE": "1"})
+    assert "cached snapshot" in done.stderr and "not checked against the Hub" in done.stderr, done.stderr
+    assert Path(done.stdout.strip().splitlines()[-1]) == local
     assert hub.state.requests[before:] == [], hub.state.requests[before:]
 
 
@@ -166,8 +169,6 @@ def test_unknown_and_unreachable_fail_in_one_line(hub, tmp_path):
 
 
 def test_a_set_pointing_outside_its_repository_is_refused(hub, tmp_path):
-    from hub_server import HubState  # noqa: F401 - the server's state is written directly
-
     hub.state.repos["user/evil"] = {"commits": {"c" * 40: {
         "laser_model_set.json": json.dumps({"format": "hf-laser model set", "version": 1,
                                             "default": "../../../etc", "students": {}}).encode()}},
@@ -177,3 +178,15 @@ def test_a_set_pointing_outside_its_repository_is_refused(hub, tmp_path):
                                           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])},
                           timeout=120)
     assert done.returncode == 2 and "outside the repository" in done.stderr, done.stderr
+
+
+def test_a_repository_of_unknown_size_is_refused(hub, tmp_path):
+    hub.state.repos["user/sizeless"] = {"commits": {"d" * 40: {"config.json": b"{}"}}, "refs": {"main": "d" * 40},
+                                        "order": ["d" * 40]}
+    hub.state.hide_sizes.add("user/sizeless")
+    done = subprocess.run([sys.executable, "-m", "hf_laser.cli", "download", "user/sizeless"], capture_output=True,
+                          text=True, env={**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf"),
+                                          "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])},
+                          timeout=120)
+    assert done.returncode == 2 and "did not give the size" in done.stderr, done.stderr
+    assert not any(path.startswith("/user/sizeless/resolve/") for _, path in hub.state.requests)

@@ -94,7 +94,10 @@ class SonarTextDecoder:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         out: list[list[Hypothesis]] = []
         for start in range(0, len(rows), batch_size):
-            batch = torch.from_numpy(np.ascontiguousarray(rows[start:start + batch_size], dtype=np.float32))
+            batch = np.array(rows[start:start + batch_size], dtype=np.float32)  # a copy: a memory map is read-only
+            if not np.isfinite(batch).all():  # (checked batch by batch: a memory-mapped file is never read whole)
+                raise LaserInputError(f"embeddings {start}-{start + len(batch) - 1} hold NaN or infinite values")
+            batch = torch.from_numpy(batch)
             out += beam_search(self.model, batch, prompt, generation)
             if progress is not None:
                 progress(len(batch))
@@ -115,6 +118,4 @@ class SonarTextDecoder:
                                   f"{rows.shape}")
         if not np.issubdtype(rows.dtype, np.floating):
             raise LaserInputError(f"embeddings must be floating-point, got {rows.dtype}")
-        if len(rows) and not np.isfinite(rows).all():
-            raise LaserInputError("embeddings hold NaN or infinite values")
         return rows

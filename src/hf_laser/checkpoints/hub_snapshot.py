@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from ..errors import UsageError, one_line
@@ -76,7 +77,11 @@ def hub_snapshot(repo_id: str, *, revision: str | None = None, token=None, cache
 
 def _check_size(info, where: str) -> None:
     limit = download_limits()[0]
-    total = sum(int(s.size or 0) for s in (info.siblings or []))
+    unknown = [s.rfilename for s in (info.siblings or []) if s.size is None]
+    if unknown:  # (the Hub gives every size with files_metadata; without them nothing bounds the download)
+        raise HubModelUnavailable(f"{where}: the Hub did not give the size of {len(unknown)} file(s) "
+                                  f"({', '.join(unknown[:3])}); hf_laser fetches only what it can bound")
+    total = sum(int(s.size) for s in (info.siblings or []))
     if total > limit:
         raise HubModelUnavailable(f"{where}: {total:,} bytes, more than the {limit:,} a download may take "
                                   f"($HF_LASER_DOWNLOAD_MAX_BYTES)")
@@ -93,11 +98,15 @@ def _cached(repo_id: str, revision: str | None, cache_dir) -> Path | None:
     if not (is_commit or constants.HF_HUB_OFFLINE):
         return None
     try:
-        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True))
+        local = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True))
     except LocalEntryNotFoundError:
         if constants.HF_HUB_OFFLINE:
             raise
         return None
+    if not is_commit:  # a branch as it was when fetched: say so, the Hub may hold a newer one
+        print(f"hf_laser: offline (HF_HUB_OFFLINE): {repo_id} is the cached snapshot {local.name} of "
+              f"{revision or 'main'}, not checked against the Hub", file=sys.stderr)
+    return local
 
 
 def _check_set(local: Path, where: str) -> None:

@@ -58,17 +58,10 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"{args.checkpoint} is a SONAR text {sonar_kind}: it takes --spm-model "
                                  "(sentencepiece.source.256000.model) and no "
                                  + (", ".join(laser_only) if laser_only else "other subword files"))
-            if sonar_kind == "decoder":
-                out = convert_sonar_decoder(args.checkpoint, args.spm_model, args.out_dir,
-                                            num_attention_heads=args.attention_heads, overwrite=bool(args.overwrite),
-                                            model_card=not args.no_model_card)
-                print(f"wrote {out} (SONAR text decoder; its weights are CC BY-NC 4.0: non-commercial use only)",
-                      file=sys.stderr)
-                return 0
-            out = convert_sonar(args.checkpoint, args.spm_model, args.out_dir,
-                                num_attention_heads=args.attention_heads, overwrite=bool(args.overwrite),
-                                model_card=not args.no_model_card)
-            print(f"wrote {out} (SONAR text encoder; its weights are CC BY-NC 4.0: non-commercial use only)",
+            convert_one = convert_sonar_decoder if sonar_kind == "decoder" else convert_sonar
+            out = convert_one(args.checkpoint, args.spm_model, args.out_dir, num_attention_heads=args.attention_heads,
+                              overwrite=bool(args.overwrite), model_card=not args.no_model_card)
+            print(f"wrote {out} (SONAR text {sonar_kind}; its weights are CC BY-NC 4.0: non-commercial use only)",
                   file=sys.stderr)
             return 0
         if args.attention_heads is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from ..errors import UsageError
@@ -90,22 +91,28 @@ def run(args: argparse.Namespace) -> int:
         decoder.target_prefix(args.lang)
     except LaserInputError as err:
         raise UsageError(str(err)) from None
-    with tqdm(total=len(rows), desc="decode", unit="sentence", disable=None, file=sys.stderr) as bar:
-        texts = decoder.decode(rows, args.lang, batch_size=args.batch_size, progress=bar.update,
-                               beam_size=args.beam_size, max_seq_len=args.max_seq_len, min_gen_len=args.min_gen_len,
-                               len_penalty=args.len_penalty, unk_penalty=args.unk_penalty)
-    broken = sum(1 for text in texts if "\n" in text or "\r" in text)
+    out = None if args.output is None else Path(args.output)
+    tmp = None if out is None else out.with_name(out.name + ".partial")
+    broken = 0
+    # batch by batch into the output (a memory-mapped input is never held whole); the file appears once complete
+    with (nullcontext(sys.stdout) if tmp is None else open(tmp, "w", encoding="utf-8", newline="\n")) as sink, \
+            tqdm(total=len(rows), desc="decode", unit="sentence", disable=None, file=sys.stderr) as bar:
+        for start in range(0, len(rows), args.batch_size):
+            texts = decoder.decode(rows[start:start + args.batch_size], args.lang, batch_size=args.batch_size,
+                                   beam_size=args.beam_size, max_seq_len=args.max_seq_len,
+                                   min_gen_len=args.min_gen_len, len_penalty=args.len_penalty,
+                                   unk_penalty=args.unk_penalty)
+            for text in texts:
+                if "\n" in text or "\r" in text:
+                    # one line per embedding: a line break inside a text would shift every line after it
+                    broken += 1
+                    text = text.replace("\r", " ").replace("\n", " ")
+                sink.write(text + "\n")
+            sink.flush()
+            bar.update(len(texts))
     if broken:
-        # one line per embedding: a line break inside a text would shift every line after it
-        texts = [text.replace("\r", " ").replace("\n", " ") for text in texts]
         print(f"{WHO}: note: {broken} text(s) held line breaks, written as spaces", file=sys.stderr)
-    body = "".join(text + "\n" for text in texts)
-    if args.output is None:
-        sys.stdout.write(body)
-        return 0
-    out = Path(args.output)
-    tmp = out.with_name(out.name + ".partial")
-    tmp.write_text(body, encoding="utf-8")
-    os.replace(tmp, out)
-    print(f"{WHO}: wrote {len(texts):,} lines to {out}", file=sys.stderr)
+    if tmp is not None:
+        os.replace(tmp, out)
+        print(f"{WHO}: wrote {len(rows):,} lines to {out}", file=sys.stderr)
     return 0
